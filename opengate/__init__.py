@@ -1,0 +1,1 @@
+"""OpenGate: pieces shared by the controller, the SPM daemon, the software switch and tests."""

@@ -1,0 +1,79 @@
+"""The one place that decides which data-plane target runs the P4 program.
+
+`TARGET=soft` is the built-in software switch, `TARGET=bmv2` is BMv2's `simple_switch_grpc`.
+Unset (or empty), BMv2 is used when `simple_switch_grpc` is on PATH, else the software switch.
+Every test, benchmark and tool calls `select_target()`; nothing else reads TARGET.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+BMV2_BINARY = "simple_switch_grpc"
+
+
+class Target(enum.Enum):
+    SOFT = "soft"
+    BMV2 = "bmv2"
+
+
+class TargetError(ValueError):
+    """TARGET names no known target, or names one whose binary is missing."""
+
+
+@dataclass(frozen=True, slots=True)
+class TargetChoice:
+    target: Target
+    command: tuple[str, ...]  # argv prefix that starts the switch; ports and options are appended
+    reason: str
+
+
+def _soft_command() -> tuple[str, ...]:
+    return (sys.executable, "-m", "softswitch")
+
+
+def select_target(env: dict[str, str] | None = None) -> TargetChoice:
+    env = dict(os.environ) if env is None else env
+    value = env.get("TARGET", "").strip().lower()
+    bmv2 = shutil.which(BMV2_BINARY, path=env.get("PATH"))
+    if value == "":
+        if bmv2:
+            return TargetChoice(
+                Target.BMV2, (bmv2,), f"TARGET unset and {BMV2_BINARY} found at {bmv2}"
+            )
+        return TargetChoice(
+            Target.SOFT, _soft_command(), f"TARGET unset and {BMV2_BINARY} not on PATH"
+        )
+    try:
+        target = Target(value)
+    except ValueError:
+        known = ", ".join(t.value for t in Target)
+        raise TargetError(
+            f"TARGET={value!r} is not a data-plane target; use one of: {known}"
+        ) from None
+    if target is Target.BMV2:
+        if not bmv2:
+            raise TargetError(
+                f"TARGET=bmv2 but {BMV2_BINARY} is not on PATH; install BMv2 (see README, "
+                "'Running on BMv2') or use TARGET=soft"
+            )
+        return TargetChoice(Target.BMV2, (bmv2,), "TARGET=bmv2")
+    return TargetChoice(Target.SOFT, _soft_command(), "TARGET=soft")
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def p4_build_dir() -> Path:
+    return repo_root() / "p4src" / "build"
+
+
+def shared_data_dir() -> Path:
+    """../shared/data relative to the project root (reference data; may be absent)."""
+    return repo_root().parent / "shared" / "data"

@@ -1,0 +1,284 @@
+// Step 4: classification of a packet without a session, against the ACL and the IDS header rules.
+//
+// Default profile: HSM with integrated segmentation (IPP). Five segment tables, one per field, each
+// return two indexes (ACL, IDS); then two independent aggregation chains (address pair, port pair,
+// final) give the ACL verdict and the IDS class. Every table has a 1-bit `version` key: the
+// controller writes a new rule set into the idle bank and flips `classifier_version`, so no packet
+// sees half old, half new tables.
+//
+// -DWITH_NAIVE_ACL: one priority ternary table per rule set, the baseline the benchmark compares.
+#ifndef OPENGATE_CONTROL_CLASSIFY_P4
+#define OPENGATE_CONTROL_CLASSIFY_P4
+
+control Classify(inout headers_t hdr, inout local_metadata_t meta) {
+    @name(".acl_permit")
+    action acl_permit(rule_id_t rule_id) {
+        meta.acl_verdict = ACL_PERMIT;
+        meta.acl_rule = rule_id;
+    }
+
+    @name(".acl_deny")
+    action acl_deny(rule_id_t rule_id) {
+        meta.acl_verdict = ACL_DENY;
+        meta.acl_rule = rule_id;
+    }
+
+    @name(".acl_to_cpu")
+    action acl_to_cpu(rule_id_t rule_id) {
+        meta.acl_verdict = ACL_TO_CPU;
+        meta.acl_rule = rule_id;
+    }
+
+    @name(".set_ids_class")
+    action set_ids_class(class_id_t class_id, rule_id_t rule_id) {
+        meta.ids_class = class_id;
+        meta.ids_rule = rule_id;
+    }
+
+#ifdef WITH_NAIVE_ACL
+    @name(".acl_naive")
+    table acl_naive {
+        key = {
+            hdr.ipv4.src_addr : ternary @name("ipv4_src");
+            hdr.ipv4.dst_addr : ternary @name("ipv4_dst");
+            meta.l4_sport     : range @name("l4_sport");
+            meta.l4_dport     : range @name("l4_dport");
+            hdr.ipv4.protocol : ternary @name("ip_proto");
+        }
+        actions = { acl_permit; acl_deny; acl_to_cpu; }
+        default_action = acl_deny(RULE_NONE);
+        size = NAIVE_ACL_TABLE_SIZE;
+    }
+
+    @name(".ids_naive")
+    table ids_naive {
+        key = {
+            hdr.ipv4.src_addr : ternary @name("ipv4_src");
+            hdr.ipv4.dst_addr : ternary @name("ipv4_dst");
+            meta.l4_sport     : range @name("l4_sport");
+            meta.l4_dport     : range @name("l4_dport");
+            hdr.ipv4.protocol : ternary @name("ip_proto");
+        }
+        actions = { set_ids_class; }
+        default_action = set_ids_class(0, RULE_NONE);
+        size = NAIVE_ACL_TABLE_SIZE;
+    }
+
+    apply {
+        acl_naive.apply();
+        ids_naive.apply();
+    }
+#else
+    @name(".set_classifier_version")
+    action set_classifier_version(bit<1> version) {
+        meta.classifier_version = version;
+    }
+
+    @name(".classifier_version")
+    table classifier_version {
+        key = { }
+        actions = { set_classifier_version; }
+        default_action = set_classifier_version(0);
+        size = 1;
+    }
+
+    // Segment tables: one lookup per field serves both rule sets.
+    @name(".set_sa_index")
+    action set_sa_index(seg_index_t acl_index, seg_index_t ids_index) {
+        meta.acl_sa_index = acl_index;
+        meta.ids_sa_index = ids_index;
+    }
+
+    @name(".set_da_index")
+    action set_da_index(seg_index_t acl_index, seg_index_t ids_index) {
+        meta.acl_da_index = acl_index;
+        meta.ids_da_index = ids_index;
+    }
+
+    @name(".set_sp_index")
+    action set_sp_index(seg_index_t acl_index, seg_index_t ids_index) {
+        meta.acl_sp_index = acl_index;
+        meta.ids_sp_index = ids_index;
+    }
+
+    @name(".set_dp_index")
+    action set_dp_index(seg_index_t acl_index, seg_index_t ids_index) {
+        meta.acl_dp_index = acl_index;
+        meta.ids_dp_index = ids_index;
+    }
+
+    @name(".set_proto_index")
+    action set_proto_index(seg_index_t acl_index, seg_index_t ids_index) {
+        meta.acl_proto_index = acl_index;
+        meta.ids_proto_index = ids_index;
+    }
+
+    @name(".sa_segment")
+    table sa_segment {
+        key = {
+            meta.classifier_version : exact @name("version");
+            hdr.ipv4.src_addr       : lpm @name("ipv4_src");
+        }
+        actions = { set_sa_index; }
+        const default_action = set_sa_index(0, 0);
+        size = SEGMENT_TABLE_SIZE;
+    }
+
+    @name(".da_segment")
+    table da_segment {
+        key = {
+            meta.classifier_version : exact @name("version");
+            hdr.ipv4.dst_addr       : lpm @name("ipv4_dst");
+        }
+        actions = { set_da_index; }
+        const default_action = set_da_index(0, 0);
+        size = SEGMENT_TABLE_SIZE;
+    }
+
+    @name(".sp_segment")
+    table sp_segment {
+        key = {
+            meta.classifier_version : exact @name("version");
+            meta.l4_sport           : range @name("l4_sport");
+        }
+        actions = { set_sp_index; }
+        const default_action = set_sp_index(0, 0);
+        size = SEGMENT_TABLE_SIZE;
+    }
+
+    @name(".dp_segment")
+    table dp_segment {
+        key = {
+            meta.classifier_version : exact @name("version");
+            meta.l4_dport           : range @name("l4_dport");
+        }
+        actions = { set_dp_index; }
+        const default_action = set_dp_index(0, 0);
+        size = SEGMENT_TABLE_SIZE;
+    }
+
+    @name(".proto_segment")
+    table proto_segment {
+        key = {
+            meta.classifier_version : exact @name("version");
+            hdr.ipv4.protocol       : ternary @name("ip_proto");
+        }
+        actions = { set_proto_index; }
+        const default_action = set_proto_index(0, 0);
+        size = CLASS_TABLE_SIZE;
+    }
+
+    // ACL aggregation.
+    @name(".set_acl_addr_index")
+    action set_acl_addr_index(agg_index_t index) {
+        meta.acl_addr_index = index;
+    }
+
+    @name(".set_acl_port_index")
+    action set_acl_port_index(agg_index_t index) {
+        meta.acl_port_index = index;
+    }
+
+    @name(".acl_addr_pair")
+    table acl_addr_pair {
+        key = {
+            meta.classifier_version : exact @name("version");
+            meta.acl_sa_index       : exact @name("acl_sa_index");
+            meta.acl_da_index       : exact @name("acl_da_index");
+        }
+        actions = { set_acl_addr_index; }
+        const default_action = set_acl_addr_index(0);
+        size = PAIR_TABLE_SIZE;
+    }
+
+    @name(".acl_port_pair")
+    table acl_port_pair {
+        key = {
+            meta.classifier_version : exact @name("version");
+            meta.acl_sp_index       : exact @name("acl_sp_index");
+            meta.acl_dp_index       : exact @name("acl_dp_index");
+        }
+        actions = { set_acl_port_index; }
+        const default_action = set_acl_port_index(0);
+        size = PAIR_TABLE_SIZE;
+    }
+
+    @name(".acl_verdict")
+    table acl_verdict {
+        key = {
+            meta.classifier_version : exact @name("version");
+            meta.acl_addr_index     : exact @name("acl_addr_index");
+            meta.acl_port_index     : exact @name("acl_port_index");
+            meta.acl_proto_index    : exact @name("acl_proto_index");
+        }
+        actions = { acl_permit; acl_deny; acl_to_cpu; }
+        default_action = acl_deny(RULE_NONE);   // the policy's default verdict, set by the CPM
+        size = VERDICT_TABLE_SIZE;
+    }
+
+    // IDS aggregation.
+    @name(".set_ids_addr_index")
+    action set_ids_addr_index(agg_index_t index) {
+        meta.ids_addr_index = index;
+    }
+
+    @name(".set_ids_port_index")
+    action set_ids_port_index(agg_index_t index) {
+        meta.ids_port_index = index;
+    }
+
+    @name(".ids_addr_pair")
+    table ids_addr_pair {
+        key = {
+            meta.classifier_version : exact @name("version");
+            meta.ids_sa_index       : exact @name("ids_sa_index");
+            meta.ids_da_index       : exact @name("ids_da_index");
+        }
+        actions = { set_ids_addr_index; }
+        const default_action = set_ids_addr_index(0);
+        size = PAIR_TABLE_SIZE;
+    }
+
+    @name(".ids_port_pair")
+    table ids_port_pair {
+        key = {
+            meta.classifier_version : exact @name("version");
+            meta.ids_sp_index       : exact @name("ids_sp_index");
+            meta.ids_dp_index       : exact @name("ids_dp_index");
+        }
+        actions = { set_ids_port_index; }
+        const default_action = set_ids_port_index(0);
+        size = PAIR_TABLE_SIZE;
+    }
+
+    @name(".ids_classification")
+    table ids_classification {
+        key = {
+            meta.classifier_version : exact @name("version");
+            meta.ids_addr_index     : exact @name("ids_addr_index");
+            meta.ids_port_index     : exact @name("ids_port_index");
+            meta.ids_proto_index    : exact @name("ids_proto_index");
+        }
+        actions = { set_ids_class; }
+        const default_action = set_ids_class(0, RULE_NONE);
+        size = VERDICT_TABLE_SIZE;
+    }
+
+    apply {
+        classifier_version.apply();
+        sa_segment.apply();
+        da_segment.apply();
+        sp_segment.apply();
+        dp_segment.apply();
+        proto_segment.apply();
+        acl_addr_pair.apply();
+        acl_port_pair.apply();
+        acl_verdict.apply();
+        ids_addr_pair.apply();
+        ids_port_pair.apply();
+        ids_classification.apply();
+    }
+#endif
+}
+
+#endif

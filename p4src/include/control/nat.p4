@@ -1,0 +1,117 @@
+// Step 8: NAT. NatPolicy says whether a session being set up needs NAT (then the controller
+// allocates it); Nat applies a session's rewrite with incremental checksum updates (RFC 1624), so
+// neither the payload nor Ethernet padding is ever read.
+#ifndef OPENGATE_CONTROL_NAT_P4
+#define OPENGATE_CONTROL_NAT_P4
+
+// One's-complement update of `csum` when a 32-bit word changes from old_v to new_v and a 16-bit
+// word from old_p to new_p: HC' = ~(~HC + ~m + m').
+bit<16> csum_replace(in bit<16> csum, in bit<32> old_v, in bit<32> new_v,
+                     in bit<16> old_p, in bit<16> new_p) {
+    bit<32> sum = (bit<32>)(~csum)
+        + (bit<32>)(~old_v[31:16]) + (bit<32>)(~old_v[15:0])
+        + (bit<32>)new_v[31:16] + (bit<32>)new_v[15:0]
+        + (bit<32>)(~old_p) + (bit<32>)new_p;
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    return ~sum[15:0];
+}
+
+control NatPolicy(inout headers_t hdr, inout local_metadata_t meta) {
+    @name(".port_forward")
+    action port_forward() {
+        meta.dnat_required = 1;
+    }
+
+    // Destination NAT: a packet to one of these (address, protocol, port) needs a port forward.
+    @name(".dnat_rule")
+    table dnat_rule {
+        key = {
+            hdr.ipv4.dst_addr : exact @name("ipv4_dst");
+            hdr.ipv4.protocol : exact @name("ip_proto");
+            meta.l4_dport     : exact @name("l4_dport");
+        }
+        actions = { port_forward; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = NAT_TABLE_SIZE;
+    }
+
+    @name(".masquerade")
+    action masquerade() {
+        meta.snat_required = 1;
+    }
+
+    // Source NAT: traffic from these sources leaving by this port is masqueraded.
+    @name(".snat_rule")
+    table snat_rule {
+        key = {
+            meta.egress_port  : exact @name("egress_port");
+            hdr.ipv4.src_addr : lpm @name("ipv4_src");
+        }
+        actions = { masquerade; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = NAT_TABLE_SIZE;
+    }
+
+    apply {
+        dnat_rule.apply();
+        if (meta.routed == 1) {
+            snat_rule.apply();
+        }
+    }
+}
+
+control Nat(inout headers_t hdr, inout local_metadata_t meta) {
+    apply {
+        if (meta.nat_kind == NAT_REWRITE_SRC) {
+            ipv4_addr_t old_addr = hdr.ipv4.src_addr;
+            hdr.ipv4.src_addr = meta.nat_addr;
+            if (hdr.tcp.isValid()) {
+                hdr.tcp.checksum = csum_replace(hdr.tcp.checksum, old_addr, meta.nat_addr,
+                                                hdr.tcp.sport, meta.nat_port);
+                hdr.tcp.sport = meta.nat_port;
+            } else if (hdr.udp.isValid()) {
+                if (hdr.udp.checksum != 0) {
+                    hdr.udp.checksum = csum_replace(hdr.udp.checksum, old_addr, meta.nat_addr,
+                                                    hdr.udp.sport, meta.nat_port);
+                    if (hdr.udp.checksum == 0) {
+                        hdr.udp.checksum = 0xffff;
+                    }
+                }
+                hdr.udp.sport = meta.nat_port;
+            } else if (hdr.icmp.isValid() && hdr.icmp.icmp_type == ICMP_ECHO_REQUEST) {
+                // No pseudo-header in ICMP: only the identifier enters its checksum.
+                hdr.icmp.checksum = csum_replace(hdr.icmp.checksum, 0, 0,
+                                                 hdr.icmp.identifier, meta.nat_port);
+                hdr.icmp.identifier = meta.nat_port;
+            }
+            meta.l4_sport = meta.nat_port;
+            meta.nat_applied = 1;
+        } else if (meta.nat_kind == NAT_REWRITE_DST) {
+            ipv4_addr_t old_addr = hdr.ipv4.dst_addr;
+            hdr.ipv4.dst_addr = meta.nat_addr;
+            if (hdr.tcp.isValid()) {
+                hdr.tcp.checksum = csum_replace(hdr.tcp.checksum, old_addr, meta.nat_addr,
+                                                hdr.tcp.dport, meta.nat_port);
+                hdr.tcp.dport = meta.nat_port;
+            } else if (hdr.udp.isValid()) {
+                if (hdr.udp.checksum != 0) {
+                    hdr.udp.checksum = csum_replace(hdr.udp.checksum, old_addr, meta.nat_addr,
+                                                    hdr.udp.dport, meta.nat_port);
+                    if (hdr.udp.checksum == 0) {
+                        hdr.udp.checksum = 0xffff;
+                    }
+                }
+                hdr.udp.dport = meta.nat_port;
+            } else if (hdr.icmp.isValid() && hdr.icmp.icmp_type == ICMP_ECHO_REPLY) {
+                hdr.icmp.checksum = csum_replace(hdr.icmp.checksum, 0, 0,
+                                                 hdr.icmp.identifier, meta.nat_port);
+                hdr.icmp.identifier = meta.nat_port;
+            }
+            meta.l4_dport = meta.nat_port;
+            meta.nat_applied = 1;
+        }
+    }
+}
+
+#endif

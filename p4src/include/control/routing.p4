@@ -1,0 +1,71 @@
+// Step 9: L3 next hop by longest prefix on the destination (after NAT), then the final rewrite:
+// towards an SPM (tag MACs) or to the next hop (MACs, TTL).
+#ifndef OPENGATE_CONTROL_ROUTING_P4
+#define OPENGATE_CONTROL_ROUTING_P4
+
+control Routing(inout headers_t hdr, inout local_metadata_t meta) {
+    @name(".route_to")
+    action route_to(port_id_t port, mac_addr_t next_hop_mac) {
+        meta.egress_port = port;
+        meta.next_hop_mac = next_hop_mac;
+        meta.routed = 1;
+    }
+
+    @name(".no_route")
+    action no_route() {
+        meta.routed = 0;
+    }
+
+    @name(".routing")
+    table routing {
+        key = {
+            hdr.ipv4.dst_addr : lpm @name("ipv4_dst");
+        }
+        actions = { route_to; @defaultonly no_route; }
+        const default_action = no_route();
+        size = ROUTE_TABLE_SIZE;
+    }
+
+    apply {
+        routing.apply();
+    }
+}
+
+control Forwarding(inout headers_t hdr, inout local_metadata_t meta) {
+    @name(".set_source_mac")
+    action set_source_mac(mac_addr_t mac) {
+        hdr.ethernet.src_addr = mac;
+    }
+
+    // The gateway's own MAC on each port.
+    @name(".router_mac")
+    table router_mac {
+        key = {
+            meta.egress_port : exact @name("egress_port");
+        }
+        actions = { set_source_mac; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = PORT_TABLE_SIZE;
+    }
+
+    apply {
+        if (meta.to_cpu == 1) {
+            meta.egress_port = CPU_PORT;
+        } else if (meta.steer == 1) {
+            // Towards the SPM: the tag rides in the source MAC; bit 0 says NAT is already done.
+            meta.egress_port = meta.spm_port;
+            hdr.ethernet.dst_addr = meta.spm_mac;
+            hdr.ethernet.src_addr = TAG_MAC_PREFIX ++ (meta.tag_base | (tag_t)meta.nat_applied);
+        } else if (meta.routed == 0) {
+            mark_dropped(meta, DROP_NO_ROUTE);
+        } else if (hdr.ipv4.ttl <= 1) {
+            mark_dropped(meta, DROP_TTL_EXPIRED);
+        } else {
+            hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+            hdr.ethernet.dst_addr = meta.next_hop_mac;
+            router_mac.apply();
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,67 @@
+// Step 3: bidirectional sessions, one exact-match entry per direction, keyed on the 5-tuple as the
+// packet arrives. A hit says how to inspect (pinned SPM), how to NAT, and counts the packet.
+#ifndef OPENGATE_CONTROL_SESSION_P4
+#define OPENGATE_CONTROL_SESSION_P4
+
+control Session(inout headers_t hdr, inout local_metadata_t meta) {
+    OG_DIRECT_COUNTER(session_counter);
+
+    // spm_port 0: no inspection (or bypassed). nat_before_spm: reply direction of a NAT session,
+    // rewritten before inspection so that the SPM sees both directions with the same addresses.
+    @name(".session_forward")
+    action session_forward(class_id_t class_id, port_id_t spm_port, mac_addr_t spm_mac,
+                           nat_kind_t nat_kind, ipv4_addr_t nat_addr, l4_port_t nat_port,
+                           bit<1> nat_before_spm) {
+        meta.session_hit = 1;
+        meta.session_class = class_id;
+        meta.spm_port = spm_port;
+        meta.spm_mac = spm_mac;
+        meta.nat_kind = nat_kind;
+        meta.nat_addr = nat_addr;
+        meta.nat_port = nat_port;
+        meta.nat_before_spm = nat_before_spm;
+        OG_DIRECT_COUNT(session_counter);
+    }
+
+    @name(".session_block")
+    action session_block() {
+        meta.session_hit = 1;
+        mark_dropped(meta, DROP_SESSION_BLOCKED);
+        OG_DIRECT_COUNT(session_counter);
+    }
+
+    @name(".session_miss")
+    action session_miss() {
+        meta.session_hit = 0;
+    }
+
+    @name(".session")
+    table session {
+        key = {
+            hdr.ipv4.src_addr : exact @name("ipv4_src");
+            hdr.ipv4.dst_addr : exact @name("ipv4_dst");
+            hdr.ipv4.protocol : exact @name("ip_proto");
+            meta.l4_sport     : exact @name("l4_sport");
+            meta.l4_dport     : exact @name("l4_dport");
+        }
+        actions = {
+            session_forward;
+            session_block;
+            @defaultonly session_miss;
+        }
+        const default_action = session_miss();
+        counters = session_counter;
+        OG_SESSION_IDLE_TIMEOUT;
+        size = SESSION_TABLE_SIZE;
+    }
+
+    apply {
+        session.apply();
+        if (meta.session_hit == 1 && hdr.tcp.isValid()
+                && (hdr.tcp.flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) != 0) {
+            meta.send_session_close = 1;
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,80 @@
+// Step 6: choose an SPM for a new flow whose IDS class needs deep inspection. A weighted action
+// selector over the class's SPM pool, hashed on a direction-agnostic flow key, so that both
+// directions of a flow pick the same SPM. The choice is then pinned in the session entries.
+#ifndef OPENGATE_CONTROL_STEERING_P4
+#define OPENGATE_CONTROL_STEERING_P4
+
+control Steering(inout headers_t hdr, inout local_metadata_t meta) {
+    bit<1> needs_inspection = 0;
+    bit<1> fail_open = 0;
+
+    @name(".inspect")
+    action inspect(bit<16> pool, bit<1> open_on_failure) {
+        meta.spm_pool = pool;
+        needs_inspection = 1;
+        fail_open = open_on_failure;
+    }
+
+    @name(".no_inspection")
+    action no_inspection() {
+        needs_inspection = 0;
+    }
+
+    // IDS class -> SPM pool (the service chain of the class's inspection profile).
+    @name(".class_policy")
+    table class_policy {
+        key = {
+            meta.ids_class : exact @name("class_id");
+        }
+        actions = { inspect; no_inspection; }
+        default_action = no_inspection();
+        size = CLASS_TABLE_SIZE;
+    }
+
+    @name(".steer_to_spm")
+    action steer_to_spm(port_id_t port, mac_addr_t spm_mac) {
+        meta.spm_port = port;
+        meta.spm_mac = spm_mac;
+    }
+
+    @name(".spm_select")
+    table spm_select {
+        key = {
+            meta.spm_pool       : exact @name("pool");
+            meta.flow_lo_addr   : selector;
+            meta.flow_hi_addr   : selector;
+            hdr.ipv4.protocol   : selector;
+            meta.flow_lo_port   : selector;
+            meta.flow_hi_port   : selector;
+        }
+        actions = { steer_to_spm; }
+        implementation = OG_SPM_SELECTOR;
+        size = SPM_POOL_SIZE;
+    }
+
+    apply {
+        class_policy.apply();
+        if (needs_inspection == 1) {
+            if (hdr.ipv4.src_addr <= hdr.ipv4.dst_addr) {
+                meta.flow_lo_addr = hdr.ipv4.src_addr;
+                meta.flow_hi_addr = hdr.ipv4.dst_addr;
+            } else {
+                meta.flow_lo_addr = hdr.ipv4.dst_addr;
+                meta.flow_hi_addr = hdr.ipv4.src_addr;
+            }
+            if (meta.l4_sport <= meta.l4_dport) {
+                meta.flow_lo_port = meta.l4_sport;
+                meta.flow_hi_port = meta.l4_dport;
+            } else {
+                meta.flow_lo_port = meta.l4_dport;
+                meta.flow_hi_port = meta.l4_sport;
+            }
+            spm_select.apply();
+            if (meta.spm_port == 0 && fail_open == 0) {
+                mark_dropped(meta, DROP_NO_SPM);
+            }
+        }
+    }
+}
+
+#endif

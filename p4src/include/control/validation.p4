@@ -1,0 +1,31 @@
+// Step 1: drop what the parser or the IPv4 header says is broken, counted by reason.
+#ifndef OPENGATE_CONTROL_VALIDATION_P4
+#define OPENGATE_CONTROL_VALIDATION_P4
+
+control Validation(inout headers_t hdr, inout local_metadata_t meta) {
+    apply {
+        bit<32> l2_len = 14;
+        if (hdr.vlan.isValid()) {
+            l2_len = 18;
+        }
+        if (meta.parser_truncated == 1) {
+            mark_dropped(meta, DROP_TRUNCATED);
+        } else if (hdr.ipv4.isValid()) {
+            if (hdr.ipv4.version != 4 || hdr.ipv4.ihl < 5
+                    || hdr.ipv4.total_len < (((bit<16>)hdr.ipv4.ihl) << 2)) {
+                mark_dropped(meta, DROP_BAD_IPV4_HEADER);
+            } else if (meta.checksum_error == 1) {
+                mark_dropped(meta, DROP_BAD_CHECKSUM);
+            } else if (((bit<32>)hdr.ipv4.total_len) + l2_len > meta.packet_length) {
+                mark_dropped(meta, DROP_TRUNCATED);
+            } else if (hdr.ipv4.frag_offset != 0) {
+                // Non-first fragments carry no ports, so no session can match them.
+                mark_dropped(meta, DROP_UNSUPPORTED);
+            }
+        } else if (!hdr.arp.isValid()) {
+            mark_dropped(meta, DROP_UNSUPPORTED);
+        }
+    }
+}
+
+#endif

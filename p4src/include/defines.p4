@@ -1,0 +1,96 @@
+// Types, constants and enumerations shared by every control. No table sizes here (sizes.p4).
+#ifndef OPENGATE_DEFINES_P4
+#define OPENGATE_DEFINES_P4
+
+typedef bit<48> mac_addr_t;
+typedef bit<32> ipv4_addr_t;
+typedef bit<16> l4_port_t;
+typedef bit<9>  port_id_t;          // v1model and Tofino both use 9-bit port numbers
+typedef bit<16> seg_index_t;        // HSM segment index (one per field, per rule set)
+typedef bit<32> agg_index_t;        // HSM aggregation (cross-product) index
+typedef bit<32> rule_id_t;          // position of a rule in its rule file
+typedef bit<8>  class_id_t;         // IDS class = inspection profile; 0 = no inspection
+typedef bit<16> tag_t;              // next-hop identifier carried in a MAC address
+typedef bit<8>  drop_reason_t;
+typedef bit<8>  cpu_reason_t;
+typedef bit<3>  port_role_t;
+typedef bit<2>  nat_kind_t;
+typedef bit<2>  acl_verdict_t;
+typedef bit<2>  meter_color_t;
+
+const bit<16> ETHERTYPE_IPV4 = 0x0800;
+const bit<16> ETHERTYPE_ARP  = 0x0806;
+const bit<16> ETHERTYPE_VLAN = 0x8100;
+
+const bit<8> IP_PROTO_ICMP = 1;
+const bit<8> IP_PROTO_TCP  = 6;
+const bit<8> IP_PROTO_UDP  = 17;
+
+const bit<8> ICMP_ECHO_REPLY   = 0;
+const bit<8> ICMP_ECHO_REQUEST = 8;
+
+const bit<16> ARP_OPER_REQUEST = 1;
+const bit<16> ARP_OPER_REPLY   = 2;
+
+// TCP flag bits as they sit in tcp.flags (CWR ECE URG ACK PSH RST SYN FIN).
+const bit<8> TCP_FLAG_FIN = 0x01;
+const bit<8> TCP_FLAG_SYN = 0x02;
+const bit<8> TCP_FLAG_RST = 0x04;
+const bit<8> TCP_FLAG_ACK = 0x10;
+
+// The CPU port, as given to the switch with --cpu-port.
+const port_id_t CPU_PORT = 255;
+
+// Next-hop tags live in locally administered MACs 02:4f:47:00:TT:TT ("OG").
+const bit<32> TAG_MAC_PREFIX = 0x024f4700;
+
+// Port roles, set per port by the controller.
+const port_role_t ROLE_UNKNOWN = 0;
+const port_role_t ROLE_INSIDE  = 1;
+const port_role_t ROLE_OUTSIDE = 2;
+const port_role_t ROLE_SPM     = 3;
+const port_role_t ROLE_CPU     = 4;
+
+// Why a packet was dropped: index of drop_counter. Keep in step with the controller's names,
+// which are generated from this list by `make constants`.
+const drop_reason_t DROP_NONE            = 0;
+const drop_reason_t DROP_TRUNCATED       = 1;   // parser ran out of packet, or IPv4 total length > frame
+const drop_reason_t DROP_BAD_CHECKSUM    = 2;   // IPv4 header checksum
+const drop_reason_t DROP_BAD_IPV4_HEADER = 3;   // version != 4, IHL < 5, total length < IHL*4
+const drop_reason_t DROP_TTL_EXPIRED     = 4;
+const drop_reason_t DROP_TAG_SPOOF       = 5;   // next-hop tag on a non-SPM port
+const drop_reason_t DROP_UNKNOWN_TAG     = 6;   // tag on an SPM port that this NPM did not issue
+const drop_reason_t DROP_NO_SESSION      = 7;   // needs a session (e.g. TCP without SYN) and has none
+const drop_reason_t DROP_ACL_DENY        = 8;
+const drop_reason_t DROP_NO_ROUTE        = 9;
+const drop_reason_t DROP_SESSION_BLOCKED = 10;  // the session was blocked (e.g. by an SPM verdict)
+const drop_reason_t DROP_CLASS_METER     = 11;
+const drop_reason_t DROP_CPU_METER       = 12;
+const drop_reason_t DROP_UNKNOWN_PORT    = 13;  // port has no role
+const drop_reason_t DROP_UNSUPPORTED     = 14;  // not IPv4 or ARP
+const drop_reason_t DROP_NAT_NO_SESSION  = 15;  // returned from an SPM, needs NAT, session gone
+const drop_reason_t DROP_CPU_LOOP        = 16;  // injected by the CPU and would go back to it
+const drop_reason_t DROP_NO_SPM          = 17;  // the class needs inspection, no SPM is up, fail-closed
+const bit<32> DROP_REASON_COUNT = 18;
+
+// Why a packet goes to the controller (packet_in.reason).
+const cpu_reason_t CPU_REASON_SESSION_NAT = 1;  // opening packet of a session that needs NAT
+const cpu_reason_t CPU_REASON_ACL         = 2;  // an ACL rule says to-CPU
+const bit<32> CPU_REASON_COUNT = 3;
+
+// ACL verdicts.
+const acl_verdict_t ACL_DENY   = 0;
+const acl_verdict_t ACL_PERMIT = 1;
+const acl_verdict_t ACL_TO_CPU = 2;
+const rule_id_t RULE_NONE = 0xffffffff;
+
+// NAT kinds: which end of the packet a session entry rewrites.
+const nat_kind_t NAT_NONE        = 0;
+const nat_kind_t NAT_REWRITE_SRC = 1;
+const nat_kind_t NAT_REWRITE_DST = 2;
+
+const meter_color_t METER_GREEN  = 0;
+const meter_color_t METER_YELLOW = 1;
+const meter_color_t METER_RED    = 2;
+
+#endif

@@ -1,0 +1,219 @@
+// Packet headers, the pipeline's local metadata, and the digest records sent to the controller.
+#ifndef OPENGATE_HEADERS_P4
+#define OPENGATE_HEADERS_P4
+
+#include "defines.p4"
+
+@controller_header("packet_in")
+header packet_in_h {
+    port_id_t    ingress_port;
+    cpu_reason_t reason;
+    class_id_t   ids_class;   // what classification found, so the controller need not redo it
+    rule_id_t    acl_rule;
+    port_id_t    spm_port;    // the SPM the selector chose (0: none)
+    bit<6>       _pad;
+}
+
+@controller_header("packet_out")
+header packet_out_h {
+    port_id_t egress_port;
+    bit<1>    submit_to_ingress;  // 1: run the packet through the pipeline as if it arrived
+    bit<6>    _pad;
+}
+
+header ethernet_h {
+    mac_addr_t dst_addr;
+    mac_addr_t src_addr;
+    bit<16>    ether_type;
+}
+
+header vlan_h {
+    bit<3>  pcp;
+    bit<1>  dei;
+    bit<12> vid;
+    bit<16> ether_type;
+}
+
+header arp_h {
+    bit<16>     htype;
+    bit<16>     ptype;
+    bit<8>      hlen;
+    bit<8>      plen;
+    bit<16>     oper;
+    mac_addr_t  sha;
+    ipv4_addr_t spa;
+    mac_addr_t  tha;
+    ipv4_addr_t tpa;
+}
+
+header ipv4_h {
+    bit<4>      version;
+    bit<4>      ihl;
+    bit<8>      dscp_ecn;
+    bit<16>     total_len;
+    bit<16>     identification;
+    bit<3>      flags;
+    bit<13>     frag_offset;
+    bit<8>      ttl;
+    bit<8>      protocol;
+    bit<16>     hdr_checksum;
+    ipv4_addr_t src_addr;
+    ipv4_addr_t dst_addr;
+}
+
+header ipv4_options_h {
+    varbit<320> options;
+}
+
+header tcp_h {
+    l4_port_t sport;
+    l4_port_t dport;
+    bit<32>   seq_no;
+    bit<32>   ack_no;
+    bit<4>    data_offset;
+    bit<4>    res;
+    bit<8>    flags;
+    bit<16>   window;
+    bit<16>   checksum;
+    bit<16>   urgent_ptr;
+}
+
+header udp_h {
+    l4_port_t sport;
+    l4_port_t dport;
+    bit<16>   len;
+    bit<16>   checksum;
+}
+
+header icmp_h {
+    bit<8>  icmp_type;
+    bit<8>  code;
+    bit<16> checksum;
+    bit<16> identifier;   // echo request/reply; other types: first half of the rest of header
+    bit<16> seq_no;
+}
+
+struct headers_t {
+    packet_out_h   packet_out;
+    packet_in_h    packet_in;
+    ethernet_h     ethernet;
+    vlan_h         vlan;
+    arp_h          arp;
+    ipv4_h         ipv4;
+    ipv4_options_h ipv4_options;
+    tcp_h          tcp;
+    udp_h          udp;
+    icmp_h         icmp;
+}
+
+// Reported to the controller when a permitted session-opening packet misses the session table.
+struct session_request_t {
+    ipv4_addr_t ipv4_src;
+    ipv4_addr_t ipv4_dst;
+    bit<8>      ip_proto;
+    l4_port_t   l4_sport;
+    l4_port_t   l4_dport;
+    port_id_t   ingress_port;
+    rule_id_t   acl_rule;
+    class_id_t  ids_class;
+    port_id_t   spm_port;
+    mac_addr_t  spm_mac;
+}
+
+// Reported when a TCP FIN or RST hits a session, so that the controller can retire it.
+struct session_close_t {
+    ipv4_addr_t ipv4_src;
+    ipv4_addr_t ipv4_dst;
+    bit<8>      ip_proto;
+    l4_port_t   l4_sport;
+    l4_port_t   l4_dport;
+    bit<8>      tcp_flags;
+}
+
+struct local_metadata_t {
+    // Architecture-neutral view of the intrinsic metadata (filled and consumed by the shell).
+    port_id_t     ingress_port;
+    port_id_t     egress_port;
+    bit<32>       packet_length;
+    bit<1>        parser_truncated;
+    bit<1>        checksum_error;
+    bit<1>        drop;
+    drop_reason_t drop_reason;
+    bit<1>        to_cpu;
+    cpu_reason_t  cpu_reason;
+    bit<1>        skip_pipeline;     // packet-out with a fixed egress port
+    bit<1>        send_session_request;
+    bit<1>        send_session_close;
+
+    // Parsed view.
+    l4_port_t   l4_sport;            // TCP/UDP port; ICMP echo request: identifier
+    l4_port_t   l4_dport;            // TCP/UDP port; ICMP echo reply: identifier
+    bit<16>     l4_len;              // IPv4 payload length, for the pseudo-header
+    bit<8>      tcp_flags;
+
+    // Port role and next-hop tag.
+    port_role_t port_role;
+    bit<1>      tagged;
+    tag_t       tag;
+    bit<1>      returned;            // came back from an SPM with a tag we issued
+    bit<1>      returned_nat_done;   // ...and NAT was applied before it went out
+    tag_t       tag_base;            // this NPM's tag block; bit 0 says "NAT already done"
+
+    // Session.
+    bit<1>      session_hit;
+    class_id_t  session_class;
+    port_id_t   spm_port;            // 0: no inspection
+    mac_addr_t  spm_mac;
+    nat_kind_t  nat_kind;
+    ipv4_addr_t nat_addr;
+    l4_port_t   nat_port;
+    bit<1>      nat_before_spm;
+    bit<1>      nat_applied;
+
+    // Classification (HSM / IPP).
+    bit<1>        classifier_version;
+    seg_index_t   acl_sa_index;
+    seg_index_t   acl_da_index;
+    seg_index_t   acl_sp_index;
+    seg_index_t   acl_dp_index;
+    seg_index_t   acl_proto_index;
+    seg_index_t   ids_sa_index;
+    seg_index_t   ids_da_index;
+    seg_index_t   ids_sp_index;
+    seg_index_t   ids_dp_index;
+    seg_index_t   ids_proto_index;
+    agg_index_t   acl_addr_index;
+    agg_index_t   acl_port_index;
+    agg_index_t   ids_addr_index;
+    agg_index_t   ids_port_index;
+    acl_verdict_t acl_verdict;
+    rule_id_t     acl_rule;
+    class_id_t    ids_class;
+    rule_id_t     ids_rule;
+
+    // Steering: direction-agnostic flow key for the SPM selector.
+    ipv4_addr_t flow_lo_addr;
+    ipv4_addr_t flow_hi_addr;
+    l4_port_t   flow_lo_port;
+    l4_port_t   flow_hi_port;
+    bit<16>     spm_pool;
+    bit<1>      steer;
+
+    // Forwarding.
+    mac_addr_t    next_hop_mac;
+    bit<1>        routed;
+    bit<1>        snat_required;
+    bit<1>        dnat_required;
+    meter_color_t class_color;
+    meter_color_t cpu_color;
+}
+
+// Drop the packet for `reason`, unless an earlier stage already did: the first reason counts.
+void mark_dropped(inout local_metadata_t meta, in drop_reason_t reason) {
+    if (meta.drop == 0) {
+        meta.drop = 1;
+        meta.drop_reason = reason;
+    }
+}
+
+#endif

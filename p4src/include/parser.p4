@@ -1,0 +1,95 @@
+// The architecture-neutral parser: Ethernet, 802.1Q, ARP, IPv4 (with options), TCP, UDP, ICMP.
+// The architecture shells call it after their own intrinsic headers (packet-out, port metadata).
+#ifndef OPENGATE_PARSER_P4
+#define OPENGATE_PARSER_P4
+
+#include "headers.p4"
+
+parser OgPacketParser(packet_in pkt, inout headers_t hdr, inout local_metadata_t meta) {
+    state start {
+        pkt.extract(hdr.ethernet);
+        transition select(hdr.ethernet.ether_type) {
+            ETHERTYPE_VLAN: parse_vlan;
+            ETHERTYPE_IPV4: parse_ipv4;
+            ETHERTYPE_ARP: parse_arp;
+            default: accept;
+        }
+    }
+
+    state parse_vlan {
+        pkt.extract(hdr.vlan);
+        transition select(hdr.vlan.ether_type) {
+            ETHERTYPE_IPV4: parse_ipv4;
+            ETHERTYPE_ARP: parse_arp;
+            default: accept;
+        }
+    }
+
+    state parse_arp {
+        pkt.extract(hdr.arp);
+        transition accept;
+    }
+
+    state parse_ipv4 {
+        pkt.extract(hdr.ipv4);
+        meta.l4_len = hdr.ipv4.total_len - (((bit<16>)hdr.ipv4.ihl) << 2);
+        transition select(hdr.ipv4.ihl) {
+            0 .. 4: accept;             // malformed; validation drops it
+            5: parse_l4;
+            default: parse_ipv4_options;
+        }
+    }
+
+    state parse_ipv4_options {
+        pkt.extract(hdr.ipv4_options, (bit<32>)((((bit<16>)hdr.ipv4.ihl) - 5) << 5));
+        transition parse_l4;
+    }
+
+    state parse_l4 {
+        // Only first fragments carry the transport header.
+        transition select(hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
+            (0, IP_PROTO_TCP): parse_tcp;
+            (0, IP_PROTO_UDP): parse_udp;
+            (0, IP_PROTO_ICMP): parse_icmp;
+            default: accept;
+        }
+    }
+
+    state parse_tcp {
+        pkt.extract(hdr.tcp);
+        meta.l4_sport = hdr.tcp.sport;
+        meta.l4_dport = hdr.tcp.dport;
+        meta.tcp_flags = hdr.tcp.flags;
+        transition accept;
+    }
+
+    state parse_udp {
+        pkt.extract(hdr.udp);
+        meta.l4_sport = hdr.udp.sport;
+        meta.l4_dport = hdr.udp.dport;
+        transition accept;
+    }
+
+    state parse_icmp {
+        pkt.extract(hdr.icmp);
+        transition select(hdr.icmp.icmp_type) {
+            ICMP_ECHO_REQUEST: parse_icmp_echo_request;
+            ICMP_ECHO_REPLY: parse_icmp_echo_reply;
+            default: accept;
+        }
+    }
+
+    // ICMP echo sessions: the identifier plays the part of the port on the requester's side, so
+    // that the reply's 5-tuple is the request's reversed.
+    state parse_icmp_echo_request {
+        meta.l4_sport = hdr.icmp.identifier;
+        transition accept;
+    }
+
+    state parse_icmp_echo_reply {
+        meta.l4_dport = hdr.icmp.identifier;
+        transition accept;
+    }
+}
+
+#endif

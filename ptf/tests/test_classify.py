@@ -1,0 +1,198 @@
+"""Step 4: HSM / IPP classification on a miss. The tables are written here by hand for one or two
+rules; the compiler that fills them from rule files is tested against linear search elsewhere."""
+
+from __future__ import annotations
+
+from ptf import testutils
+
+from opengate import p4constants as pc
+from opengate.entries import Exact, Lpm, Range, TableEntry, Ternary
+
+from opengate_test import (
+    HOST_IN,
+    HOST_OUT_MAC,
+    INSIDE,
+    OUTSIDE,
+    OpenGateTest,
+    ip,
+    refresh,
+    routed,
+    tcp_packet,
+)
+
+
+class DeniedFlowDropped(OpenGateTest):
+    """A flow the ACL denies is dropped and counted as ACL_DENY; nothing is reported."""
+
+    def runTest(self) -> None:
+        self.classify_everything(acl_action=pc.A_ACL_DENY, rule_id=3)
+        self.enable_digest(pc.D_SESSION_REQUEST_T)
+        before = self.counter(pc.C_DROP_COUNTER, pc.DROP_ACL_DENY)[0]
+        testutils.send_packet(self, INSIDE, bytes(refresh(tcp_packet())))
+        testutils.verify_no_other_packets(self)
+        self.wait_for(
+            "ACL_DENY to be counted",
+            lambda: self.counter(pc.C_DROP_COUNTER, pc.DROP_ACL_DENY)[0] == before + 1,
+        )
+        self.assertEqual(self.drain_digests(), 0)
+
+
+class NoMatchingRuleUsesDefaultVerdict(OpenGateTest):
+    """With no rule installed, the acl_verdict default (deny) applies."""
+
+    def runTest(self) -> None:
+        testutils.send_packet(self, INSIDE, bytes(refresh(tcp_packet())))
+        testutils.verify_no_other_packets(self)
+
+
+class DefaultVerdictPermitForwards(OpenGateTest):
+    """The policy's default verdict is the acl_verdict default action: permit lets flows open."""
+
+    def runTest(self) -> None:
+        self.set_default(pc.T_ACL_VERDICT, pc.A_ACL_PERMIT, {"rule_id": 0xFFFFFFFF})
+        syn = refresh(tcp_packet())
+        testutils.send_packet(self, INSIDE, bytes(syn))
+        testutils.verify_packet(self, routed(syn, OUTSIDE, HOST_OUT_MAC), OUTSIDE)
+
+
+class SegmentsAndAggregationSelectRule(OpenGateTest):
+    """Two ACL rules, hand-compiled: rule 0 denies 10.0.1.10 -> any:22/tcp, rule 1 permits the
+    rest. Port 22 falls in destination-port segment 2, everything else in segment 1."""
+
+    def runTest(self) -> None:
+        version = {"version": Exact(0)}
+
+        def seg(
+            table: str, field: str, value: object, action: str, acl: int, priority: int = 0
+        ) -> None:
+            self.insert(
+                TableEntry.make(
+                    table,
+                    {**version, field: value},
+                    action,  # type: ignore[dict-item]
+                    {"acl_index": acl, "ids_index": 0},
+                    priority=priority,
+                )
+            )
+
+        seg(pc.T_SA_SEGMENT, "ipv4_src", Lpm(0, 0), pc.A_SET_SA_INDEX, 1)
+        seg(pc.T_SA_SEGMENT, "ipv4_src", Lpm(ip(HOST_IN), 32), pc.A_SET_SA_INDEX, 2)
+        seg(pc.T_DA_SEGMENT, "ipv4_dst", Lpm(0, 0), pc.A_SET_DA_INDEX, 1)
+        seg(pc.T_SP_SEGMENT, "l4_sport", Range(0, 0xFFFF), pc.A_SET_SP_INDEX, 1, priority=1)
+        seg(pc.T_DP_SEGMENT, "l4_dport", Range(0, 21), pc.A_SET_DP_INDEX, 1, priority=1)
+        seg(pc.T_DP_SEGMENT, "l4_dport", Range(22, 22), pc.A_SET_DP_INDEX, 2, priority=1)
+        seg(pc.T_DP_SEGMENT, "l4_dport", Range(23, 0xFFFF), pc.A_SET_DP_INDEX, 1, priority=1)
+        seg(pc.T_PROTO_SEGMENT, "ip_proto", Ternary(6, 0xFF), pc.A_SET_PROTO_INDEX, 2, priority=2)
+        seg(pc.T_PROTO_SEGMENT, "ip_proto", Ternary(0, 0), pc.A_SET_PROTO_INDEX, 1, priority=1)
+        # address classes: 1 = {rule 1}, 2 = {rule 0, rule 1}; port classes likewise.
+        for sa, da, index in ((1, 1, 1), (2, 1, 2)):
+            self.insert(
+                TableEntry.make(
+                    pc.T_ACL_ADDR_PAIR,
+                    {**version, "acl_sa_index": Exact(sa), "acl_da_index": Exact(da)},
+                    pc.A_SET_ACL_ADDR_INDEX,
+                    {"index": index},
+                )
+            )
+        for sp, dp, index in ((1, 1, 1), (1, 2, 2)):
+            self.insert(
+                TableEntry.make(
+                    pc.T_ACL_PORT_PAIR,
+                    {**version, "acl_sp_index": Exact(sp), "acl_dp_index": Exact(dp)},
+                    pc.A_SET_ACL_PORT_INDEX,
+                    {"index": index},
+                )
+            )
+        for addr in (1, 2):
+            for port in (1, 2):
+                for proto in (1, 2):
+                    deny = addr == 2 and port == 2 and proto == 2
+                    key = {
+                        **version,
+                        "acl_addr_index": Exact(addr),
+                        "acl_port_index": Exact(port),
+                        "acl_proto_index": Exact(proto),
+                    }
+                    self.insert(
+                        TableEntry.make(
+                            pc.T_ACL_VERDICT,
+                            key,
+                            pc.A_ACL_DENY if deny else pc.A_ACL_PERMIT,
+                            {"rule_id": 0 if deny else 1},
+                        )
+                    )
+        ssh = refresh(tcp_packet(dport=22))
+        web = refresh(tcp_packet(dport=80))
+        testutils.send_packet(self, INSIDE, bytes(ssh))
+        testutils.verify_no_other_packets(self)
+        testutils.send_packet(self, INSIDE, bytes(web))
+        testutils.verify_packet(self, routed(web, OUTSIDE, HOST_OUT_MAC), OUTSIDE)
+        testutils.verify_no_other_packets(self)
+
+
+class VersionFlipSwitchesBanks(OpenGateTest):
+    """Entries of the idle bank (version 1) are invisible until classifier_version flips."""
+
+    def runTest(self) -> None:
+        self.classify_everything(acl_action=pc.A_ACL_DENY)
+        for table, field, value, action, priority in (
+            (pc.T_SA_SEGMENT, "ipv4_src", Lpm(0, 0), pc.A_SET_SA_INDEX, 0),
+            (pc.T_DA_SEGMENT, "ipv4_dst", Lpm(0, 0), pc.A_SET_DA_INDEX, 0),
+            (pc.T_SP_SEGMENT, "l4_sport", Range(0, 0xFFFF), pc.A_SET_SP_INDEX, 1),
+            (pc.T_DP_SEGMENT, "l4_dport", Range(0, 0xFFFF), pc.A_SET_DP_INDEX, 1),
+            (pc.T_PROTO_SEGMENT, "ip_proto", Ternary(0, 0), pc.A_SET_PROTO_INDEX, 1),
+        ):
+            self.insert(
+                TableEntry.make(
+                    table,
+                    {"version": Exact(1), field: value},
+                    action,
+                    {"acl_index": 1, "ids_index": 1},
+                    priority=priority,
+                )
+            )
+        for table, keys, action in (
+            (pc.T_ACL_ADDR_PAIR, ("acl_sa_index", "acl_da_index"), pc.A_SET_ACL_ADDR_INDEX),
+            (pc.T_ACL_PORT_PAIR, ("acl_sp_index", "acl_dp_index"), pc.A_SET_ACL_PORT_INDEX),
+        ):
+            self.insert(
+                TableEntry.make(
+                    table,
+                    {"version": Exact(1), keys[0]: Exact(1), keys[1]: Exact(1)},
+                    action,
+                    {"index": 1},
+                )
+            )
+        key = {
+            "version": Exact(1),
+            "acl_addr_index": Exact(1),
+            "acl_port_index": Exact(1),
+            "acl_proto_index": Exact(1),
+        }
+        self.insert(TableEntry.make(pc.T_ACL_VERDICT, key, pc.A_ACL_PERMIT, {"rule_id": 9}))
+        syn = refresh(tcp_packet())
+        testutils.send_packet(self, INSIDE, bytes(syn))
+        testutils.verify_no_other_packets(self)
+        self.set_default(pc.T_CLASSIFIER_VERSION, pc.A_SET_CLASSIFIER_VERSION, {"version": 1})
+        testutils.send_packet(self, INSIDE, bytes(syn))
+        testutils.verify_packet(self, routed(syn, OUTSIDE, HOST_OUT_MAC), OUTSIDE)
+
+
+class AclToCpuSendsPacketIn(OpenGateTest):
+    """An ACL rule with the to-CPU verdict sends the packet to the controller with reason ACL
+    and the rule id in the packet-in metadata."""
+
+    def runTest(self) -> None:
+        self.classify_everything(acl_action=pc.A_ACL_TO_CPU, rule_id=5)
+        syn = refresh(tcp_packet())
+        testutils.send_packet(self, INSIDE, bytes(syn))
+        testutils.verify_no_other_packets(self)
+        packet_in = self.client.get_packet_in(timeout=5)
+        self.assertIsNotNone(packet_in, "no packet-in")
+        assert packet_in is not None
+        metadata = self.schema.decode_packet_metadata("packet_in", packet_in.metadata)
+        self.assertEqual(
+            (metadata["ingress_port"], metadata["reason"], metadata["acl_rule"]),
+            (INSIDE, pc.CPU_REASON_ACL, 5),
+        )
+        self.assertEqual(packet_in.payload, bytes(syn))
