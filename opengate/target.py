@@ -77,3 +77,18 @@ def p4_build_dir() -> Path:
 def shared_data_dir() -> Path:
     """../shared/data relative to the project root (reference data; may be absent)."""
     return repo_root().parent / "shared" / "data"
+
+
+def main() -> int:
+    """`python -m opengate.target`: print the choice, or why TARGET is wrong (exit 2)."""
+    try:
+        choice = select_target()
+    except TargetError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"data-plane target: {choice.target.value} ({choice.reason})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

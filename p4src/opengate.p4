@@ -12,19 +12,7 @@ parser V1Parser(packet_in pkt, out headers_t hdr, inout local_metadata_t meta,
     OgPacketParser() packet_parser;
 
     state start {
-        transition select(sm.ingress_port) {
-            CPU_PORT: parse_packet_out;
-            default: parse_packet;
-        }
-    }
-
-    state parse_packet_out {
-        pkt.extract(hdr.packet_out);
-        transition parse_packet;
-    }
-
-    state parse_packet {
-        packet_parser.apply(pkt, hdr, meta);
+        packet_parser.apply(pkt, hdr, meta, sm.ingress_port);
         transition accept;
     }
 }

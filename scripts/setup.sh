@@ -45,15 +45,23 @@ if [ ! -f "$stamp" ]; then
   log "creating the virtualenv $VENV from requirements.lock"
   [ -x "$VENV/bin/python" ] || /usr/bin/python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 else
   log "virtualenv $VENV: up to date with requirements.lock"
 fi
 
-# Mininet comes from Debian (with its mnexec helper); make its Python package visible in the venv.
 site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# The project itself runs from this checkout: put it on the venv's path and give it its command.
+echo "$PWD" > "$site/opengate-checkout.pth"
+cat > "$VENV/bin/opengate" <<SCRIPT
+#!$PWD/$VENV/bin/python
+from opengate.cli import main
+raise SystemExit(main())
+SCRIPT
+chmod +x "$VENV/bin/opengate"
+
+# Mininet comes from Debian (with its mnexec helper); make its Python package visible in the venv.
 if [ -d /usr/lib/python3/dist-packages/mininet ] && [ ! -e "$site/mininet" ]; then
   ln -s /usr/lib/python3/dist-packages/mininet "$site/mininet"
 fi
@@ -66,4 +74,4 @@ for tool in p4c-bm2-ss simple_switch_grpc; do
     log "not found: $tool (optional; see README 'Running on BMv2')"
   fi
 done
-"$VENV/bin/python" -c 'from opengate.target import select_target; c = select_target(); print(f"setup: data-plane target: {c.target.value} ({c.reason})")'
+printf 'setup: '; "$VENV/bin/python" -m opengate.target

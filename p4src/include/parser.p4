@@ -1,12 +1,26 @@
 // The architecture-neutral parser: Ethernet, 802.1Q, ARP, IPv4 (with options), TCP, UDP, ICMP.
-// The architecture shells call it after their own intrinsic headers (packet-out, port metadata).
+// The architecture shells call it after their own intrinsic metadata (e.g. Tofino port metadata).
+// Packets from the CPU port start with the packet-out header.
 #ifndef OPENGATE_PARSER_P4
 #define OPENGATE_PARSER_P4
 
 #include "headers.p4"
 
-parser OgPacketParser(packet_in pkt, inout headers_t hdr, inout local_metadata_t meta) {
+parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t meta,
+                      in port_id_t ingress_port) {
     state start {
+        transition select(ingress_port) {
+            CPU_PORT: parse_packet_out;
+            default: parse_ethernet;
+        }
+    }
+
+    state parse_packet_out {
+        pkt.extract(hdr.packet_out);
+        transition parse_ethernet;
+    }
+
+    state parse_ethernet {
         pkt.extract(hdr.ethernet);
         transition select(hdr.ethernet.ether_type) {
             ETHERTYPE_VLAN: parse_vlan;

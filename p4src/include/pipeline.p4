@@ -18,7 +18,7 @@
 #include "control/accounting.p4"
 
 control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
-    PacketOut() packet_out;
+    PacketOut() packet_out_handler;
     Validation() validation;
     PortRole() port_role;
     ArpResponder() arp;
@@ -34,7 +34,7 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
     IngressAccounting() accounting;
 
     apply {
-        packet_out.apply(hdr, meta);
+        packet_out_handler.apply(hdr, meta);
         if (meta.skip_pipeline == 0) {
             validation.apply(hdr, meta);
             port_role.apply(hdr, meta);
@@ -81,11 +81,11 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
 }
 
 control OgEgress(inout headers_t hdr, inout local_metadata_t meta) {
-    PacketIn() packet_in;
+    PacketIn() packet_in_handler;
     EgressAccounting() accounting;
 
     apply {
-        packet_in.apply(hdr, meta);
+        packet_in_handler.apply(hdr, meta);
         accounting.apply(hdr, meta);
     }
 }

@@ -12,7 +12,7 @@
 #define OG_METER(name, size) meter((bit<32>)(size), MeterType.bytes) name
 #define OG_METER_EXECUTE(name, index, color) name.execute_meter((bit<32>)(index), color)
 #define OG_METER_IS_RED(color) ((color) == METER_RED)
-#define OG_SPM_SELECTOR action_selector(HashAlgorithm.crc16, SPM_POOL_SIZE, SPM_SELECTOR_WIDTH)
+#define OG_SPM_SELECTOR(name) action_selector(HashAlgorithm.crc16, SPM_POOL_SIZE, SPM_SELECTOR_WIDTH) name
 #define OG_SESSION_IDLE_TIMEOUT support_timeout = true
 
 #endif

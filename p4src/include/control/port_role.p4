@@ -3,6 +3,7 @@
 #define OPENGATE_CONTROL_PORT_ROLE_P4
 
 control PortRole(inout headers_t hdr, inout local_metadata_t meta) {
+    @name(".set_port_role")
     action set_port_role(port_role_t role) {
         meta.port_role = role;
     }
@@ -18,6 +19,7 @@ control PortRole(inout headers_t hdr, inout local_metadata_t meta) {
     }
 
     // This NPM's block of tags: bit 0 of a tag says whether NAT was applied before the SPM.
+    @name(".set_npm_identity")
     action set_npm_identity(tag_t tag_base) {
         meta.tag_base = tag_base;
     }
@@ -30,11 +32,13 @@ control PortRole(inout headers_t hdr, inout local_metadata_t meta) {
         size = 1;
     }
 
+    @name(".resume_after_spm")
     action resume_after_spm(bit<1> nat_done) {
         meta.returned = 1;
         meta.returned_nat_done = nat_done;
     }
 
+    @name(".reject_unknown_tag")
     action reject_unknown_tag() {
         mark_dropped(meta, DROP_UNKNOWN_TAG);
     }

@@ -4,6 +4,7 @@
 #define OPENGATE_CONTROL_SESSION_P4
 
 control Session(inout headers_t hdr, inout local_metadata_t meta) {
+    @name(".session_counter")
     OG_DIRECT_COUNTER(session_counter);
 
     // spm_port 0: no inspection (or bypassed). nat_before_spm: reply direction of a NAT session,

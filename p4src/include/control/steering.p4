@@ -31,6 +31,9 @@ control Steering(inout headers_t hdr, inout local_metadata_t meta) {
         size = CLASS_TABLE_SIZE;
     }
 
+    @name(".spm_selector")
+    OG_SPM_SELECTOR(spm_selector);
+
     @name(".steer_to_spm")
     action steer_to_spm(port_id_t port, mac_addr_t spm_mac) {
         meta.spm_port = port;
@@ -48,7 +51,7 @@ control Steering(inout headers_t hdr, inout local_metadata_t meta) {
             meta.flow_hi_port   : selector;
         }
         actions = { steer_to_spm; }
-        implementation = OG_SPM_SELECTOR;
+        implementation = spm_selector;
         size = SPM_POOL_SIZE;
     }
 

@@ -1,0 +1,72 @@
+"""The committed compiled P4 (p4src/build/) is what p4c makes of p4src/ today."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from opengate.target import repo_root
+
+from tests.helpers import skip_unless_tool
+
+PROFILES = {"": "", "naive_acl": "-DWITH_NAIVE_ACL"}
+
+
+@pytest.mark.needs_p4c
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_committed_artifacts_match_a_fresh_compile(tmp_path: Path, profile: str) -> None:
+    p4c = skip_unless_tool(
+        "p4c-bm2-ss", "recompiling p4src/ to compare with p4src/build/ needs p4c"
+    )
+    root = repo_root()
+    committed = root / "p4src" / "build" / profile
+    argv = [
+        p4c,
+        "--std",
+        "p4-16",
+        "-I",
+        "p4src",
+        "-o",
+        str(tmp_path / "opengate.json"),
+        "--p4runtime-files",
+        str(tmp_path / "opengate.p4info.txtpb"),
+    ]
+    if PROFILES[profile]:
+        argv.append(PROFILES[profile])
+    subprocess.run([*argv, "p4src/opengate.p4"], cwd=root, check=True, capture_output=True)
+    assert (tmp_path / "opengate.p4info.txtpb").read_text() == (
+        committed / "opengate.p4info.txtpb"
+    ).read_text(), "p4src/build P4Info is stale: run `make p4`"
+    fresh = json.loads((tmp_path / "opengate.json").read_text())
+    old = json.loads((committed / "opengate.json").read_text())
+    # Source file paths inside the JSON depend on where it was compiled; compare the rest.
+    assert _strip_sources(fresh) == _strip_sources(old), "p4src/build JSON is stale: run `make p4`"
+
+
+def _strip_sources(node: object) -> object:
+    if isinstance(node, dict):
+        return {k: _strip_sources(v) for k, v in node.items() if k != "source_info"}
+    if isinstance(node, list):
+        return [_strip_sources(v) for v in node]
+    return node
+
+
+def test_no_p4_control_file_is_written_twice() -> None:
+    """Controls are shared between the v1model and TNA shells: one file per control."""
+    root = repo_root() / "p4src"
+    names: dict[str, Path] = {}
+    for path in root.rglob("*.p4"):
+        if "build" in path.parts:
+            continue
+        for line in path.read_text().splitlines():
+            stripped = line.strip()
+            if stripped.startswith("control ") and "(" in stripped:
+                name = stripped.split()[1].split("(")[0]
+                assert name not in names, (
+                    f"control {name} is defined in {names.get(name)} and {path}"
+                )
+                names[name] = path
+    assert "Session" in names, "the scan found no controls at all"
