@@ -52,15 +52,14 @@ def switch_command(
     return argv
 
 
-@contextlib.contextmanager
-def running_switch(
+def start_switch(
     ports: Mapping[int, str],
     log_path: Path,
     choice: TargetChoice | None = None,
     device_id: int = 1,
     ready_timeout: float = 60.0,
-) -> Iterator[RunningSwitch]:
-    """Start the switch, wait for its gRPC port, stop it by PID on exit."""
+) -> RunningSwitch:
+    """Start the switch and return once its gRPC port accepts connections."""
     choice = choice or select_target()
     port = free_tcp_port()
     address = f"127.0.0.1:{port}"
@@ -75,6 +74,23 @@ def running_switch(
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for_port("127.0.0.1", port, ready_timeout, process)
-        yield RunningSwitch(choice.target, address, process, log_path)
-    finally:
+    except BaseException:
         stop_process(process)
+        raise
+    return RunningSwitch(choice.target, address, process, log_path)
+
+
+@contextlib.contextmanager
+def running_switch(
+    ports: Mapping[int, str],
+    log_path: Path,
+    choice: TargetChoice | None = None,
+    device_id: int = 1,
+    ready_timeout: float = 60.0,
+) -> Iterator[RunningSwitch]:
+    """Start the switch, wait for its gRPC port, stop it by PID on exit."""
+    switch = start_switch(ports, log_path, choice, device_id, ready_timeout)
+    try:
+        yield switch
+    finally:
+        stop_process(switch.process)

@@ -19,7 +19,7 @@ def shared_data() -> Path:
     path = shared_data_dir()
     if not path.is_dir():
         pytest.skip(
-            f"reference data folder {path} is missing (it sits beside the project as ../shared/data)"
+            f"reference data folder {path} is missing (expected beside the project: ../shared/data)"
         )
     return path
 

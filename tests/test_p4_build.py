@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from opengate.target import repo_root
-
 from tests.helpers import skip_unless_tool
 
 PROFILES = {"": "", "naive_acl": "-DWITH_NAIVE_ACL"}

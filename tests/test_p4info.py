@@ -43,7 +43,7 @@ def test_wrong_match_kind_is_refused(schema: P4Schema) -> None:
     entry = TableEntry.make(
         pc.T_ROUTING, {"ipv4_dst": Exact(1)}, pc.A_ROUTE_TO, {"port": 1, "next_hop_mac": 2}
     )
-    with pytest.raises(P4InfoError, match="routing.ipv4_dst is an lpm field; got Exact"):
+    with pytest.raises(P4InfoError, match=r"routing\.ipv4_dst is an lpm field; got Exact"):
         schema.encode_entry(entry)
 
 

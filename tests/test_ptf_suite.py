@@ -12,7 +12,6 @@ import sys
 import pytest
 
 from opengate.target import TargetChoice, repo_root
-
 from tests.helpers import skip_unless_root
 
 

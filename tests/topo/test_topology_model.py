@@ -1,0 +1,76 @@
+"""The topology data file: the default one loads; broken ones fail naming file, line and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from opengate.errors import ConfigError
+from opengate.target import repo_root
+from topo.model import load_topology
+
+GOOD = """\
+name: t
+policy: p.yaml
+npms:
+  - name: npm1
+    ports:
+      1: lan-a
+      3: spm1
+lans:
+  - {name: lan-a, gateway_mac: "02:00:00:00:00:01"}
+hosts:
+  - {name: h1, role: inside, lan: lan-a, ip: 10.0.0.2/24, mac: "00:00:00:00:00:02", gateway: 10.0.0.1}
+  - {name: spm1, role: spm, npm_port: 3, mac: "00:00:00:00:00:03"}
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "topo.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_default_topology_loads() -> None:
+    spec = load_topology(repo_root() / "topo" / "gateway.yaml", root=repo_root())
+    assert [n.name for n in spec.npms] == ["npm1"]
+    assert {h.name for h in spec.hosts_with_role("inside")} == {"h1", "h2"}
+    assert spec.npms[0].ports == {1: "lan-in", 2: "lan-out", 3: "spm1", 4: "spm2"}
+
+
+def test_small_topology_loads(tmp_path: Path) -> None:
+    spec = load_topology(_write(tmp_path, GOOD), root=tmp_path)
+    assert spec.host("h1").gateway is not None
+    assert spec.policy == tmp_path / "p.yaml"
+
+
+def test_bad_mac_names_file_line_and_field(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD.replace('mac: "00:00:00:00:00:02"', 'mac: "00:00:00:00:02"'))
+    with pytest.raises(ConfigError) as caught:
+        load_topology(path, root=tmp_path)
+    assert str(caught.value) == f"{path}:11: hosts[0].mac: not a MAC address: '00:00:00:00:02'"
+
+
+def test_unknown_lan_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD.replace("lan: lan-a, ip", "lan: lan-b, ip"))
+    with pytest.raises(ConfigError, match=r"topo.yaml:11: hosts\[0\].lan: no LAN named 'lan-b'"):
+        load_topology(path, root=tmp_path)
+
+
+def test_unknown_field_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD.replace("name: t\n", "name: t\ncolour: blue\n"))
+    with pytest.raises(ConfigError, match=r"topo.yaml:2: colour: unknown field"):
+        load_topology(path, root=tmp_path)
+
+
+def test_cpu_port_cannot_be_linked(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD.replace("      3: spm1", "      255: spm1"))
+    with pytest.raises(ConfigError, match="port 255 outside 1..254"):
+        load_topology(path, root=tmp_path)
+
+
+def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD + "  - {name: x\n")
+    with pytest.raises(ConfigError, match=r"topo.yaml:1[34]: not valid YAML"):
+        load_topology(path, root=tmp_path)

@@ -1,0 +1,134 @@
+"""The topology as data (topo/*.yaml), validated with errors that name file, line and field."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from opengate.errors import ConfigError
+from opengate.yamlconf import (
+    Reader,
+    as_int,
+    as_ipv4,
+    as_ipv4_interface,
+    as_mac,
+    as_str,
+    load_yaml,
+    one_of,
+)
+
+ROLES = ("inside", "outside", "spm")
+SERVICES = ("http", "iperf3")
+
+
+@dataclass(frozen=True, slots=True)
+class NpmSpec:
+    name: str
+    device_id: int
+    ports: dict[int, str]  # NPM port number -> LAN name or SPM host name
+
+
+@dataclass(frozen=True, slots=True)
+class LanSpec:
+    name: str
+    gateway_mac: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostSpec:
+    name: str
+    role: str
+    mac: str
+    lan: str | None = None
+    ip: ipaddress.IPv4Interface | None = None
+    gateway: ipaddress.IPv4Address | None = None
+    npm_port: int | None = None
+    services: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySpec:
+    name: str
+    path: Path
+    policy: Path
+    npms: tuple[NpmSpec, ...]
+    lans: tuple[LanSpec, ...]
+    hosts: tuple[HostSpec, ...]
+
+    def host(self, name: str) -> HostSpec:
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise KeyError(name)
+
+    def hosts_with_role(self, role: str) -> list[HostSpec]:
+        return [h for h in self.hosts if h.role == role]
+
+
+def _services(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list of services, got {value!r}")
+    for item in value:
+        if item not in SERVICES:
+            raise ValueError(f"unknown service {item!r} (known: {', '.join(SERVICES)})")
+    return tuple(str(v) for v in value)
+
+
+def load_topology(path: str | Path, root: Path | None = None) -> TopologySpec:
+    """Load and cross-check a topology file. Relative paths in it are relative to `root`."""
+    path = Path(path)
+    root = root or Path.cwd()
+    top = Reader(path, load_yaml(path))
+    name = top.get("name", as_str)
+    policy = root / top.get("policy", as_str)
+    lans = []
+    for item in top.items("lans"):
+        lans.append(LanSpec(item.get("name", as_str), item.get("gateway_mac", as_mac)))
+        item.reject_unknown()
+    hosts = []
+    host_readers: dict[str, Reader] = {}
+    for item in top.items("hosts"):
+        role = item.get("role", one_of(*ROLES))
+        host = HostSpec(
+            name=item.get("name", as_str),
+            role=role,
+            mac=item.get("mac", as_mac),
+            lan=item.get("lan", as_str, required=role != "spm"),
+            ip=item.get("ip", as_ipv4_interface, required=role != "spm"),
+            gateway=item.get("gateway", as_ipv4, required=False),
+            npm_port=item.get("npm_port", as_int, required=role == "spm"),
+            services=item.get("services", _services, default=()),
+        )
+        item.reject_unknown()
+        if host.name in host_readers:
+            raise item.error("name", f"host {host.name!r} is defined twice")
+        host_readers[host.name] = item
+        hosts.append(host)
+    lan_names = {lan.name for lan in lans}
+    for host in hosts:
+        if host.lan is not None and host.lan not in lan_names:
+            raise host_readers[host.name].error("lan", f"no LAN named {host.lan!r}")
+    npms = []
+    spm_names = {h.name for h in hosts if h.role == "spm"}
+    for item in top.items("npms"):
+        ports_reader = item.sub("ports")
+        ports: dict[int, str] = {}
+        for key, value in ports_reader.data.items():
+            try:
+                number = int(key)
+            except ValueError:
+                raise ports_reader.error(key, "port numbers are integers") from None
+            if not 1 <= number <= 254:
+                raise ports_reader.error(key, f"port {number} outside 1..254 (255 is the CPU port)")
+            if value not in lan_names and value not in spm_names:
+                raise ports_reader.error(key, f"{value!r} is neither a LAN nor an SPM host")
+            ports[number] = str(value)
+        npms.append(
+            NpmSpec(item.get("name", as_str), item.get("device_id", as_int, default=1), ports)
+        )
+        item.reject_unknown()
+    if not npms:
+        raise ConfigError("a topology needs at least one NPM", path=str(path), field="npms")
+    top.reject_unknown()
+    return TopologySpec(name, path, policy, tuple(npms), tuple(lans), tuple(hosts))

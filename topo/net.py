@@ -1,0 +1,214 @@
+"""Build the gateway network in Mininet from a TopologySpec, start the controller and services,
+run commands on named hosts, and take everything down again (also after errors and Ctrl-C)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mininet.log import setLogLevel
+from mininet.net import Mininet
+from mininet.node import Host
+
+from opengate.errors import ConfigError
+from opengate.netutil import free_tcp_port, stop_process, wait_for_port
+from opengate.target import TargetChoice, select_target
+from topo.model import TopologySpec
+from topo.nodes import LanBridge, P4Npm
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    host: str
+    command: str
+    returncode: int
+    output: str
+
+
+@dataclass(slots=True)
+class GatewayNetwork:
+    """One running topology. Use as a context manager: stop() always runs."""
+
+    spec: TopologySpec
+    run_dir: Path
+    target: TargetChoice = field(default_factory=select_target)
+    net: Any = None
+    api_address: str = ""
+    api_token: str = ""
+    _processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+
+    def __enter__(self) -> GatewayNetwork:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    # -- bring-up ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if os.geteuid() != 0:
+            raise ConfigError("the topology needs root (Mininet creates namespaces and links)")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        setLogLevel("warning")
+        net = Mininet(controller=None, build=False, autoSetMacs=False, autoStaticArp=False)
+        self.net = net
+        for lan in self.spec.lans:
+            net.addSwitch(lan.name, cls=LanBridge)
+        for npm in self.spec.npms:
+            net.addSwitch(
+                npm.name,
+                cls=P4Npm,
+                device_id=npm.device_id,
+                log_dir=self.run_dir,
+                target=self.target,
+            )
+        for host in self.spec.hosts:
+            params: dict[str, Any] = {"mac": host.mac}
+            if host.ip is not None:
+                params["ip"] = host.ip.with_prefixlen
+                if host.gateway is not None:
+                    params["defaultRoute"] = f"via {host.gateway}"
+            else:
+                params["ip"] = None
+            net.addHost(host.name, cls=Host, **params)
+        for host in self.spec.hosts:
+            if host.lan is not None:
+                net.addLink(host.name, host.lan)
+        for npm in self.spec.npms:
+            for port, peer in sorted(npm.ports.items()):
+                net.addLink(npm.name, peer, port1=port, intfName1=f"{npm.name}-eth{port}")
+        net.build()
+        for host in self.spec.hosts:
+            node = net.get(host.name)
+            node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
+            node.setMAC(host.mac, node.defaultIntf())
+        for switch in net.switches:
+            switch.start([])
+        self._start_controller()
+        self._start_services()
+
+    def _start_controller(self) -> None:
+        npm_args = []
+        for npm in self.spec.npms:
+            node = self.net.get(npm.name)
+            npm_args += ["--npm", f"{npm.name}={node.grpc_address},{npm.device_id}"]
+        port = free_tcp_port()
+        self.api_address = f"127.0.0.1:{port}"
+        self.api_token = secrets.token_hex(16)
+        token_file = self.run_dir / "api-token"
+        token_file.write_text(self.api_token + "\n")
+        token_file.chmod(0o600)
+        argv = [
+            sys.executable,
+            "-m",
+            "opengate.cli",
+            "controller",
+            "run",
+            "--policy",
+            str(self.spec.policy),
+            *npm_args,
+            "--api",
+            self.api_address,
+            "--token-file",
+            str(token_file),
+            "--db",
+            f"sqlite:///{self.run_dir / 'opengate.db'}",
+            "--state-dir",
+            str(self.run_dir),
+        ]
+        process = self._spawn("controller", argv, self.run_dir / "controller.log")
+        wait_for_port("127.0.0.1", port, 60.0, process)
+
+    def _start_services(self) -> None:
+        for host in self.spec.hosts:
+            if host.ip is None or not host.services:
+                continue
+            node = self.net.get(host.name)
+            if "http" in host.services:
+                www = self.run_dir / "www" / host.name
+                www.mkdir(parents=True, exist_ok=True)
+                (www / "index.html").write_text(f"<h1>OpenGate test server {host.name}</h1>\n")
+                process = node.popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "http.server",
+                        "80",
+                        "--bind",
+                        str(host.ip.ip),
+                        "--directory",
+                        str(www),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                self._processes.append((f"{host.name}:http", process))
+                self._wait_in(node, process, 80)
+            if "iperf3" in host.services:
+                process = node.popen(
+                    ["iperf3", "-s", "-B", str(host.ip.ip)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                self._processes.append((f"{host.name}:iperf3", process))
+                self._wait_in(node, process, 5201)
+
+    def _wait_in(self, node: Any, process: subprocess.Popen[bytes], port: int) -> None:
+        """Wait until `process` listens on `port` inside the host's namespace."""
+        probe = (
+            "from opengate.netutil import wait_for_port\n"
+            f"wait_for_port('{node.IP()}', {port}, 20.0)\n"
+        )
+        result = node.popen([sys.executable, "-c", probe]).wait()
+        if result != 0 or process.poll() is not None:
+            raise RuntimeError(f"{node.name}: service on port {port} did not start")
+
+    def _spawn(self, name: str, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self._processes.append((name, process))
+        LOG.info("started %s (pid %d), log %s", name, process.pid, log_path)
+        return process
+
+    # -- use -----------------------------------------------------------------------------
+
+    def run(self, host: str, command: str, timeout: float = 120.0) -> CommandResult:
+        """Run a shell command on a named host; its exit status and output."""
+        try:
+            node = self.net.get(host)
+        except KeyError:
+            names = ", ".join(sorted(h.name for h in self.spec.hosts))
+            raise ConfigError(f"no host named {host!r} (hosts: {names})") from None
+        process = node.popen(
+            ["/bin/sh", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop_process(process)
+            return CommandResult(host, command, 124, f"timed out after {timeout:g}s\n")
+        return CommandResult(host, command, process.returncode, output.decode(errors="replace"))
+
+    # -- tear-down -----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        for name, process in reversed(self._processes):
+            LOG.info("stopping %s (pid %d)", name, process.pid)
+            stop_process(process)
+        self._processes.clear()
+        if self.net is not None:
+            self.net.stop()
+            self.net = None

@@ -1,0 +1,78 @@
+"""Mininet node classes: a plain Linux bridge for LANs and the NPM running the P4 switch."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from mininet.node import Switch
+
+from opengate.netutil import stop_process
+from opengate.switch import RunningSwitch, start_switch
+from opengate.target import TargetChoice
+
+LOG = logging.getLogger(__name__)
+
+
+class LanBridge(Switch):  # type: ignore[misc]
+    """A LAN segment: a Linux bridge made with iproute2 (no Open vSwitch, no controller)."""
+
+    def start(self, controllers: list[Any]) -> None:
+        self.cmd(f"ip link add name {self.name} type bridge stp_state 0")
+        self.cmd(f"sysctl -qw net.ipv6.conf.{self.name}.disable_ipv6=1")
+        for intf in self.intfList():
+            if intf.name != "lo":
+                self.cmd(f"ip link set dev {intf.name} master {self.name} up")
+        self.cmd(f"ip link set dev {self.name} up")
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature
+        self.cmd(f"ip link del {self.name}")
+        super().stop(deleteIntfs)
+
+
+class P4Npm(Switch):  # type: ignore[misc]
+    """An NPM: the selected P4 target (BMv2 or the built-in switch) on this node's interfaces,
+    port numbers as given to addLink, P4Runtime on a free loopback port."""
+
+    def __init__(
+        self,
+        name: str,
+        device_id: int = 1,
+        log_dir: Path = Path("run"),
+        target: TargetChoice | None = None,
+        **params: Any,
+    ) -> None:
+        super().__init__(name, **params)
+        self.device_id = device_id
+        self.log_dir = log_dir
+        self.target = target
+        self.running: RunningSwitch | None = None
+
+    @property
+    def grpc_address(self) -> str:
+        if self.running is None:
+            raise RuntimeError(f"{self.name} is not started")
+        return self.running.grpc_address
+
+    def start(self, controllers: list[Any]) -> None:
+        ports = {self.ports[intf]: intf.name for intf in self.intfList() if intf.name != "lo"}
+        for name in ports.values():
+            self.cmd(f"sysctl -qw net.ipv6.conf.{name}.disable_ipv6=1")
+            self.cmd(f"ethtool -K {name} tx off rx off tso off gso off gro off")
+        self.running = start_switch(
+            ports, self.log_dir / f"{self.name}.log", self.target, self.device_id
+        )
+        LOG.info(
+            "%s: %s on %s, P4Runtime at %s",
+            self.name,
+            self.running.target.value,
+            ports,
+            self.running.grpc_address,
+        )
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature
+        if self.running is not None:
+            stop_process(self.running.process)
+            self.running = None
+        super().stop(deleteIntfs)
