@@ -49,7 +49,8 @@ p4: check-p4c ## compile p4src/ with p4c into p4src/build/ (BMv2 JSON + P4Info),
 	$(MAKE) constants
 
 constants: setup ## generate opengate/p4constants.py from the committed P4Info
-	$(PY) -m opengate.gen_constants $(P4_BUILD)/opengate.p4info.txtpb p4src/include/defines.p4 \
+	$(PY) -m opengate.gen_constants $(P4_BUILD)/opengate.p4info.txtpb \
+	    $(P4_BUILD)/naive_acl/opengate.p4info.txtpb p4src/include/defines.p4 \
 	    -o opengate/p4constants.py
 
 ptf: setup ## the PTF packet tests against TARGET (veths set up and torn down by the run)
@@ -58,8 +59,8 @@ ptf: setup ## the PTF packet tests against TARGET (veths set up and torn down by
 e2e: setup ## the end-to-end tests across the Mininet topology
 	$(PY) -m pytest tests -m e2e
 
-bench: setup ## the benchmarks; prints the tables the README reports
-	$(PY) -m bench
+bench: setup ## the benchmarks (BENCH="hsm softswitch" for some); prints the README tables
+	$(PY) -m bench $(BENCH)
 
 clean: ## remove caches and run-time files (not the virtualenv: `rm -rf .venv`)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis run

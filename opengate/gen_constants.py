@@ -37,10 +37,32 @@ def _block(prefix: str, items: Iterable[tuple[str, int]]) -> list[str]:
     return lines
 
 
-def render(p4info_path: Path, defines_path: Path) -> str:
-    schema = P4Schema.load(p4info_path)
+def _merged(paths: Sequence[Path]) -> P4Schema:
+    """One P4Info with the objects of every profile (the first profile's wins on a name clash)."""
+    merged = P4Schema.load(paths[0]).p4info
+    for path in paths[1:]:
+        other = P4Schema.load(path).p4info
+        for kind in (
+            "tables",
+            "actions",
+            "counters",
+            "direct_counters",
+            "meters",
+            "action_profiles",
+            "digests",
+        ):
+            have = {o.preamble.name for o in getattr(merged, kind)}
+            for obj in getattr(other, kind):
+                if obj.preamble.name not in have:
+                    getattr(merged, kind).append(obj)
+    return P4Schema(merged)
+
+
+def render(p4info_paths: Sequence[Path], defines_path: Path) -> str:
+    schema = _merged(p4info_paths)
     info = schema.p4info
-    out = [HEADER.format(p4info=p4info_path.as_posix(), defines=defines_path.as_posix())]
+    sources = ", ".join(p.as_posix() for p in p4info_paths)
+    out = [HEADER.format(p4info=sources, defines=defines_path.as_posix())]
     sections: list[tuple[str, str, list[tuple[str, int]]]] = [
         ("Tables", "T_", [(t.preamble.name, t.preamble.id) for t in info.tables]),
         ("Actions", "A_", [(a.preamble.name, a.preamble.id) for a in info.actions]),
@@ -107,7 +129,7 @@ def render(p4info_path: Path, defines_path: Path) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("p4info", type=Path)
+    parser.add_argument("p4info", type=Path, nargs="+", help="P4Info files, default profile first")
     parser.add_argument("defines", type=Path)
     parser.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args(argv)

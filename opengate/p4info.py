@@ -275,10 +275,10 @@ class P4Schema:
         if entry.is_default:
             message.is_default_action = True
         else:
-            for name, value in entry.match:
-                field_match = self.encode_match(table, name, value)
-                if field_match is not None:
-                    message.match.append(field_match)
+            matches = [self.encode_match(table, name, value) for name, value in entry.match]
+            message.match.extend(
+                sorted((m for m in matches if m is not None), key=lambda m: m.field_id)
+            )
             if table.needs_priority:
                 if entry.priority <= 0:
                     raise P4InfoError(f"{table.name}: entries need a priority > 0")

@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
                 "device_id=1",
                 f"p4info='{args.build / 'opengate.p4info.txtpb'}'",
                 f"config='{args.build / 'opengate.json'}'",
+                f"naive_p4info='{args.build / 'naive_acl' / 'opengate.p4info.txtpb'}'",
+                f"naive_config='{args.build / 'naive_acl' / 'opengate.json'}'",
                 f"target='{choice.target.value}'",
             ]
         )
@@ -61,8 +63,6 @@ def main(argv: list[str] | None = None) -> int:
             str(root / "ptf" / "lib"),
             "--log-file",
             str(args.log_dir / "ptf.log"),
-            "--pcap",
-            str(args.log_dir / "ptf.pcap"),
             "--default-timeout",
             "3",
             "--default-negative-timeout",

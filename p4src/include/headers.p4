@@ -209,11 +209,14 @@ struct local_metadata_t {
 }
 
 // Drop the packet for `reason`, unless an earlier stage already did: the first reason counts.
-void mark_dropped(inout local_metadata_t meta, in drop_reason_t reason) {
-    if (meta.drop == 0) {
-        meta.drop = 1;
-        meta.drop_reason = reason;
+// It takes the two fields, not the whole metadata struct, so that no stage copies the struct.
+void og_mark_dropped(inout bit<1> drop, inout drop_reason_t drop_reason, in drop_reason_t reason) {
+    if (drop == 0) {
+        drop = 1;
+        drop_reason = reason;
     }
 }
+
+#define mark_dropped(meta, reason) og_mark_dropped(meta.drop, meta.drop_reason, reason)
 
 #endif

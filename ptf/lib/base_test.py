@@ -88,7 +88,7 @@ class P4RuntimeTest(BaseTest):
         self, meter: str, index: int, cir: int, cburst: int, pir: int, pburst: int
     ) -> None:
         """Configure one cell of an indirect meter (bytes/s, bytes); reset at tear-down."""
-        meter_id = self.schema.meters.get(meter).id
+        meter_id = self.schema.meters.get(meter).preamble.id
         entry = p4r.MeterEntry(meter_id=meter_id)
         entry.index.index = index
         entry.config.cir = cir
@@ -139,7 +139,7 @@ class P4RuntimeTest(BaseTest):
 
     def counter(self, name: str, index: int) -> tuple[int, int]:
         """(packets, bytes) of one cell of an indirect counter."""
-        counter_id = self.schema.counters.get(name).id
+        counter_id = self.schema.counters.get(name).preamble.id
         (entry,) = self.client.read_counter(counter_id, index)
         return entry.data.packet_count, entry.data.byte_count
 

@@ -158,8 +158,7 @@ class OpenGateTest(P4RuntimeTest):
                 )
             )
         self.add_route("10.0.1.0", 24, INSIDE, HOST_IN_MAC)
-        self.add_route("0.0.0.0", 1, OUTSIDE, HOST_OUT_MAC)
-        self.add_route("128.0.0.0", 1, OUTSIDE, HOST_OUT_MAC)
+        self.add_route("198.51.100.0", 24, OUTSIDE, HOST_OUT_MAC)
         self.set_default(pc.T_NPM_IDENTITY, pc.A_SET_NPM_IDENTITY, {"tag_base": TAG_BASE})
         for nat_done in (0, 1):
             self.insert(

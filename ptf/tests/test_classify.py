@@ -196,3 +196,31 @@ class AclToCpuSendsPacketIn(OpenGateTest):
             (INSIDE, pc.CPU_REASON_ACL, 5),
         )
         self.assertEqual(packet_in.payload, bytes(syn))
+
+
+class NaiveAclProfileFirstMatchWins(OpenGateTest):
+    """The -DWITH_NAIVE_ACL profile: one priority ternary/range table. A higher-priority deny for
+    TCP port 22 wins over a permit-everything rule below it."""
+
+    p4info_param = "naive_p4info"
+    config_param = "naive_config"
+
+    def runTest(self) -> None:
+        anything = {
+            "ipv4_src": Ternary(0, 0),
+            "ipv4_dst": Ternary(0, 0),
+            "l4_sport": Range(0, 0xFFFF),
+            "l4_dport": Range(0, 0xFFFF),
+            "ip_proto": Ternary(0, 0),
+        }
+        ssh = {**anything, "l4_dport": Range(22, 22), "ip_proto": Ternary(6, 0xFF)}
+        self.insert(TableEntry.make(pc.T_ACL_NAIVE, ssh, pc.A_ACL_DENY, {"rule_id": 0}, priority=2))
+        self.insert(
+            TableEntry.make(pc.T_ACL_NAIVE, anything, pc.A_ACL_PERMIT, {"rule_id": 1}, priority=1)
+        )
+        testutils.send_packet(self, INSIDE, bytes(refresh(tcp_packet(dport=22))))
+        testutils.verify_no_other_packets(self)
+        web = refresh(tcp_packet(dport=80))
+        testutils.send_packet(self, INSIDE, bytes(web))
+        testutils.verify_packet(self, routed(web, OUTSIDE, HOST_OUT_MAC), OUTSIDE)
+        testutils.verify_no_other_packets(self)

@@ -1,0 +1,134 @@
+"""Switch ports on Linux interfaces through raw AF_PACKET sockets, served by one thread.
+
+Like BMv2 with libpcap, a port sees every frame in promiscuous mode, VLAN tags that the kernel
+moved into packet metadata (VLAN offload) are put back into the frame, and the frames the switch
+itself sends are not read back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import selectors
+import socket
+import struct
+import threading
+from collections.abc import Callable
+
+LOG = logging.getLogger(__name__)
+
+ETH_P_ALL = 0x0003
+SOL_PACKET = 263
+PACKET_ADD_MEMBERSHIP = 1
+PACKET_MR_PROMISC = 1
+PACKET_AUXDATA = 8
+PACKET_OUTGOING = 4
+TP_STATUS_VLAN_VALID = 0x10
+TP_STATUS_VLAN_TPID_VALID = 0x40
+_AUX = struct.Struct("=IIIHHHH")
+_CMSG_SPACE = socket.CMSG_SPACE(_AUX.size)
+MAX_FRAME = 65536 + 64
+BATCH = 64
+
+Receive = Callable[[int, bytes], None]
+
+
+class PortError(OSError):
+    """An interface could not be opened as a switch port."""
+
+
+class Ports:
+    def __init__(self, interfaces: dict[int, str]) -> None:
+        self.interfaces = dict(interfaces)
+        self.sockets: dict[int, socket.socket] = {}
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        try:
+            for num, ifname in self.interfaces.items():
+                self.sockets[num] = self._open(ifname)
+        except OSError:
+            self.close()
+            raise
+
+    @staticmethod
+    def _open(ifname: str) -> socket.socket:
+        try:
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        except OSError as exc:
+            raise PortError(exc.errno, f"cannot open a raw socket (root needed?): {exc}") from None
+        try:
+            sock.bind((ifname, 0))
+            ifindex = socket.if_nametoindex(ifname)
+            mreq = struct.pack("iHH8s", ifindex, PACKET_MR_PROMISC, 0, b"")
+            sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
+            sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            raise PortError(exc.errno, f"interface {ifname!r}: {exc.strerror or exc}") from None
+        return sock
+
+    def transmit(self, port: int, frame: bytes) -> None:
+        sock = self.sockets.get(port)
+        if sock is None:
+            LOG.debug("frame for port %d, which has no interface: dropped", port)
+            return
+        try:
+            sock.send(frame)
+        except OSError as exc:
+            LOG.debug("port %d: send failed: %s", port, exc)
+
+    def start(self, receive: Receive) -> None:
+        for num, sock in self.sockets.items():
+            self._selector.register(sock, selectors.EVENT_READ, num)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._thread = threading.Thread(
+            target=self._run, args=(receive,), name="ports", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, receive: Receive) -> None:
+        while not self._stopping.is_set():
+            for key, _ in self._selector.select():
+                num = key.data
+                if num is None:
+                    return
+                self._drain(num, key.fileobj, receive)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _drain(num: int, sock: socket.socket, receive: Receive) -> None:
+        for _ in range(BATCH):
+            try:
+                frame, ancdata, _flags, addr = sock.recvmsg(MAX_FRAME, _CMSG_SPACE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                LOG.warning("port %d: receive failed: %s", num, exc)
+                return
+            if addr[2] == PACKET_OUTGOING:
+                continue
+            for level, kind, data in ancdata:
+                if level == SOL_PACKET and kind == PACKET_AUXDATA and len(data) >= _AUX.size:
+                    status, _, _, _, _, tci, tpid = _AUX.unpack_from(data)
+                    if status & TP_STATUS_VLAN_VALID and len(frame) >= 12:
+                        if not status & TP_STATUS_VLAN_TPID_VALID:
+                            tpid = 0x8100
+                        frame = frame[:12] + struct.pack("!HH", tpid, tci) + frame[12:]
+            receive(num, frame)
+
+    def close(self) -> None:
+        self._stopping.set()
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        for sock in self.sockets.values():
+            sock.close()
+        self.sockets.clear()
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()

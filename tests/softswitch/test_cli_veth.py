@@ -1,0 +1,134 @@
+"""End to end: `python -m softswitch` on veth pairs, programmed over P4Runtime, then SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from finsy.proto import p4r, p4r_grpc
+from scapy.layers.inet import IP, TCP
+from scapy.layers.l2 import Ether
+from scapy.packet import raw
+
+from tests.softswitch.test_p4runtime import Client, ids, insert, route_entry, set_pipeline
+
+pytestmark = [
+    pytest.mark.needs_root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for veth pairs and raw sockets"),
+]
+
+PAIRS = (("sswt-a0", "sswt-a1"), ("sswt-b0", "sswt-b1"))
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def veths() -> Iterator[None]:
+    try:
+        for inside, outside in PAIRS:
+            subprocess.run(["ip", "link", "del", inside], capture_output=True, check=False)
+            _ip("link", "add", inside, "type", "veth", "peer", "name", outside)
+            for name in (inside, outside):
+                subprocess.run(
+                    ["sysctl", "-qw", f"net.ipv6.conf.{name}.disable_ipv6=1"],
+                    capture_output=True,
+                    check=False,
+                )
+                _ip("link", "set", name, "up")
+        yield
+    finally:
+        for inside, _ in PAIRS:
+            subprocess.run(["ip", "link", "del", inside], capture_output=True, check=False)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def switch_process(veths: None) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    port = _free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "softswitch",
+        "-i",
+        f"1@{PAIRS[0][0]}",
+        "-i",
+        f"2@{PAIRS[1][0]}",
+        "--no-p4",
+        "--",
+        "--grpc-server-addr",
+        f"127.0.0.1:{port}",
+        "--device-id",
+        "1",
+        "--cpu-port",
+        "255",
+    ]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    try:
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        grpc.channel_ready_future(channel).result(timeout=30)  # ready once the port accepts
+        channel.close()
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _raw_socket(ifname: str) -> socket.socket:
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+    s.bind((ifname, 0))
+    return s
+
+
+def test_cli_switch_forwards_between_veths_and_stops_on_sigterm(
+    switch_process: tuple[subprocess.Popen[bytes], int],
+) -> None:
+    proc, port = switch_process
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    client = Client(p4r_grpc.P4RuntimeStub(channel), election=1)
+    client.open()
+    i = ids(set_pipeline(client))
+    client.write(insert(p4r.Entity(table_entry=route_entry(i, b"\x0a\x00\x00\x00", 8, 2))))
+    tx = _raw_socket(PAIRS[0][1])
+    rx = _raw_socket(PAIRS[1][1])
+    rx.settimeout(5)
+    frame = raw(
+        Ether(dst="00:00:00:00:00:02", src="00:00:00:00:00:01")
+        / IP(src="10.0.0.1", dst="10.0.0.9", ttl=9)
+        / TCP(sport=5, dport=6)
+        / b"e2e"
+    )
+    tx.send(frame)
+    deadline = time.monotonic() + 5
+    got = None
+    while time.monotonic() < deadline:
+        data = rx.recv(65536)
+        pkt = Ether(data)
+        if IP in pkt and pkt[IP].dst == "10.0.0.9":
+            got = pkt
+            break
+    assert got is not None and got[IP].ttl == 8 and got.dst == "02:00:00:00:00:02"
+    tx.close()
+    rx.close()
+    client.close()
+    channel.close()
+    proc.terminate()
+    assert proc.wait(timeout=10) == 0
+    assert proc.stderr is not None and b"ready" in proc.stderr.read()
