@@ -141,20 +141,10 @@ class GatewayNetwork:
                 www = self.run_dir / "www" / host.name
                 www.mkdir(parents=True, exist_ok=True)
                 (www / "index.html").write_text(f"<h1>OpenGate test server {host.name}</h1>\n")
-                process = node.popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "http.server",
-                        "80",
-                        "--bind",
-                        str(host.ip.ip),
-                        "--directory",
-                        str(www),
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
+                argv = [sys.executable, "-m", "topo.services", "http", "--bind", str(host.ip.ip)]
+                argv += ["--root", str(www)]
+                with (self.run_dir / f"{host.name}-http.log").open("wb") as log:
+                    process = node.popen(argv, stdout=log, stderr=subprocess.STDOUT)
                 self._processes.append((f"{host.name}:http", process))
                 self._wait_in(node, process, 80)
             if "iperf3" in host.services:

@@ -1,0 +1,81 @@
+"""Services that test hosts run: a small HTTP server for the scenarios.
+
+    python -m topo.services http --bind 198.51.100.20 --port 80 --root DIR
+
+Serves the files under DIR, and two generated resources:
+  /whoami          the client's address as the server sees it (to check NAT)
+  /bytes/N         N pseudo-random bytes (a clean download of a chosen size, reproducible)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import random
+import sys
+from collections.abc import Sequence
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+MAX_GENERATED = 1 << 30
+
+
+def generated_bytes(size: int, seed: int = 0) -> bytes:
+    """The body of /bytes/N: deterministic, so a client can check it byte for byte."""
+    return random.Random(seed).randbytes(size)
+
+
+class Handler(SimpleHTTPRequestHandler):
+    server_version = "OpenGateTest/1"
+
+    def do_GET(self) -> None:
+        if self.path == "/whoami":
+            self._send(f"{self.client_address[0]}\n".encode(), "text/plain")
+        elif self.path.startswith("/bytes/"):
+            try:
+                size = int(self.path.removeprefix("/bytes/"))
+            except ValueError:
+                self.send_error(400, "size must be an integer")
+                return
+            if not 0 <= size <= MAX_GENERATED:
+                self.send_error(400, f"size must be 0..{MAX_GENERATED}")
+                return
+            body = generated_bytes(size)
+            self._send(
+                body, "application/octet-stream", {"X-SHA256": hashlib.sha256(body).hexdigest()}
+            )
+        else:
+            super().do_GET()
+
+    def _send(self, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        sys.stderr.write(f"{self.client_address[0]} {format % args}\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m topo.services", description=__doc__.splitlines()[0]
+    )
+    sub = parser.add_subparsers(dest="service", required=True)
+    http = sub.add_parser("http")
+    http.add_argument("--bind", required=True)
+    http.add_argument("--port", type=int, default=80)
+    http.add_argument("--root", type=Path, required=True)
+    args = parser.parse_args(argv)
+    handler = partial(Handler, directory=str(args.root))
+    with ThreadingHTTPServer((args.bind, args.port), handler) as server:
+        server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
