@@ -7,6 +7,7 @@ and both are ready when their gRPC port accepts connections.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import subprocess
 from collections.abc import Iterator, Mapping
@@ -27,6 +28,12 @@ class RunningSwitch:
     grpc_address: str
     process: subprocess.Popen[bytes]
     log_path: Path
+
+
+@functools.cache
+def _bmv2_has_thrift(binary: str) -> bool:
+    result = subprocess.run([binary, "--help"], capture_output=True, text=True, check=False)
+    return "--thrift-port" in result.stdout
 
 
 def switch_command(
@@ -64,8 +71,8 @@ def start_switch(
     port = free_tcp_port()
     address = f"127.0.0.1:{port}"
     extra: tuple[str, ...] = ()
-    if choice.target is Target.BMV2:
-        # BMv2 may also open a Thrift port (9090 by default); give each instance its own.
+    if choice.target is Target.BMV2 and _bmv2_has_thrift(choice.command[0]):
+        # A BMv2 built with Thrift also opens port 9090 by default; give each instance its own.
         extra = ("--thrift-port", str(free_tcp_port()))
     argv = switch_command(choice, ports, address, device_id, extra=extra)
     log_path.parent.mkdir(parents=True, exist_ok=True)
