@@ -19,7 +19,7 @@ from opengate.yamlconf import (
 )
 
 ROLES = ("inside", "outside", "spm")
-SERVICES = ("http", "iperf3")
+SERVICES = ("http", "iperf3", "udp-echo")
 
 
 @dataclass(frozen=True, slots=True)

@@ -147,6 +147,24 @@ class GatewayNetwork:
                     process = node.popen(argv, stdout=log, stderr=subprocess.STDOUT)
                 self._processes.append((f"{host.name}:http", process))
                 self._wait_in(node, process, 80)
+            if "udp-echo" in host.services:
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "topo.services",
+                    "udp-echo",
+                    "--bind",
+                    str(host.ip.ip),
+                ]
+                process = node.popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                self._processes.append((f"{host.name}:udp-echo", process))
+                probe = "from topo.services import wait_udp_echo; "
+                probe += f"wait_udp_echo('{host.ip.ip}', 7, 20.0)"
+                if (
+                    node.popen([sys.executable, "-c", probe]).wait() != 0
+                    or process.poll() is not None
+                ):
+                    raise RuntimeError(f"{host.name}: the UDP echo service did not start")
             if "iperf3" in host.services:
                 process = node.popen(
                     ["iperf3", "-s", "-B", str(host.ip.ip)],

@@ -5,6 +5,10 @@
 Serves the files under DIR, and two generated resources:
   /whoami          the client's address as the server sees it (to check NAT)
   /bytes/N         N pseudo-random bytes (a clean download of a chosen size, reproducible)
+
+    python -m topo.services udp-echo --bind 198.51.100.20 --port 7
+
+Answers each datagram with "ADDRESS:PORT PAYLOAD", the sender as this host sees it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import random
+import socket
 import sys
+import time
 from collections.abc import Sequence
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -61,6 +67,29 @@ class Handler(SimpleHTTPRequestHandler):
         sys.stderr.write(f"{self.client_address[0]} {format % args}\n")
 
 
+def udp_echo(bind: str, port: int) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind((bind, port))
+        while True:
+            payload, (address, source_port) = sock.recvfrom(65535)
+            sock.sendto(f"{address}:{source_port} ".encode() + payload, (address, source_port))
+
+
+def wait_udp_echo(address: str, port: int, timeout: float) -> None:
+    """Return once the echo service at address:port answers (readiness probe)."""
+    deadline = time.monotonic() + timeout
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(0.2)
+        while time.monotonic() < deadline:
+            sock.sendto(b"ready?", (address, port))
+            try:
+                if sock.recv(100).endswith(b"ready?"):
+                    return
+            except (TimeoutError, ConnectionRefusedError):
+                continue
+    raise TimeoutError(f"no UDP echo at {address}:{port} after {timeout:g}s")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m topo.services", description=__doc__.splitlines()[0]
@@ -70,7 +99,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     http.add_argument("--bind", required=True)
     http.add_argument("--port", type=int, default=80)
     http.add_argument("--root", type=Path, required=True)
+    echo = sub.add_parser("udp-echo")
+    echo.add_argument("--bind", required=True)
+    echo.add_argument("--port", type=int, default=7)
     args = parser.parse_args(argv)
+    if args.service == "udp-echo":
+        return udp_echo(args.bind, args.port)
     handler = partial(Handler, directory=str(args.root))
     with ThreadingHTTPServer((args.bind, args.port), handler) as server:
         server.serve_forever()
