@@ -15,7 +15,12 @@ from collections.abc import Callable, Sequence
 from opengate.errors import ConfigError
 
 # (subcommand, module that provides `register(subparsers)`)
-_MODULES: tuple[tuple[str, str], ...] = (("hsm", "controller.hsm.cli"),)
+_MODULES: tuple[tuple[str, str], ...] = (
+    ("hsm", "controller.hsm.cli"),
+    ("controller", "controller.cli"),
+    ("spm", "spm.cli"),
+    ("topo", "topo.cli"),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -65,11 +65,14 @@ class GatewayNetwork:
         setLogLevel("warning")
         net = Mininet(controller=None, build=False, autoSetMacs=False, autoStaticArp=False)
         self.net = net
+        # Mininet wants a datapath id for names that are not like "s1"; ours are only labels.
+        dpids = iter(range(1, 1 << 16))
         for lan in self.spec.lans:
-            net.addSwitch(lan.name, cls=LanBridge)
+            net.addSwitch(lan.name, cls=LanBridge, dpid=f"{next(dpids):016x}")
         for npm in self.spec.npms:
             net.addSwitch(
                 npm.name,
+                dpid=f"{next(dpids):016x}",
                 cls=P4Npm,
                 device_id=npm.device_id,
                 log_dir=self.run_dir,
@@ -79,8 +82,6 @@ class GatewayNetwork:
             params: dict[str, Any] = {"mac": host.mac}
             if host.ip is not None:
                 params["ip"] = host.ip.with_prefixlen
-                if host.gateway is not None:
-                    params["defaultRoute"] = f"via {host.gateway}"
             else:
                 params["ip"] = None
             net.addHost(host.name, cls=Host, **params)
@@ -95,6 +96,8 @@ class GatewayNetwork:
             node = net.get(host.name)
             node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
             node.setMAC(host.mac, node.defaultIntf())
+            if host.gateway is not None:
+                node.cmd(f"ip route replace default via {host.gateway}")
         for switch in net.switches:
             switch.start([])
         self._start_controller()

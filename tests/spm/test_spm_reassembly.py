@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 from hypothesis import given, settings
@@ -34,7 +35,7 @@ def test_any_arrival_order_with_duplicates_yields_the_stream_once(
     data: bytes, isn: int, cuts: list[int], seed: int, dups: int
 ) -> None:
     bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
-    pieces = [(a, data[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+    pieces = [(a, data[a:b]) for a, b in itertools.pairwise(bounds)]
     rng = random.Random(seed)
     # overlapping re-sends of random spans, with the right bytes
     for _ in range(dups):

@@ -1,0 +1,3 @@
+from spm.cli import main
+
+raise SystemExit(main())

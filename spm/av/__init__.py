@@ -1,0 +1,1 @@
+"""Anti-virus inspection through ClamAV's clamd (INSTREAM)."""

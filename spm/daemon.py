@@ -1,0 +1,386 @@
+"""`opengate spm run`: the SPM daemon's main process (the dispatcher).
+
+Start-up order: load the rules and compile the IPS (once, here) -> fork the workers (they share
+it) -> bind the NFQUEUE -> install the kernel plumbing (which first removes a crashed run's
+leftovers) -> loop. Stop (SIGTERM/SIGINT): leave the loop, answer every packet still held (by the
+fail-open policy), stop the workers by PID, unbind, remove the plumbing.
+
+The loop reads packets from the queue, gives each to the worker that owns its flow
+(`FlowDispatcher`), and turns the workers' verdicts into NFQUEUE verdicts: ACCEPT as is, DROP,
+BLOCK and BYPASS as ACCEPT with a flag in the mark that the nftables rules copy into the flow's
+conntrack mark (so the kernel drops or passes the rest of the flow without asking again). It
+stops reading the queue while the workers have `queue.length` packets outstanding (the kernel
+queue then fills, and fail-open decides). A worker that dies is restarted; the packets it held
+are accepted (fail-open) or dropped.
+
+Every second: a load report to the CPM (`cpu`: percent of the host's CPU capacity used by the
+dispatcher and its workers; `queue_depth`: packets waiting in the kernel queue and at the
+workers; `mem_bytes`: their total PSS); alerts and bypass requests go to the CPM as they come,
+and to the EVE log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import selectors
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spm import ipc
+from spm.av.inspector import AvInspector
+from spm.capture import NF_ACCEPT, NF_DROP, NfQueue, QueuedPacket
+from spm.config import SpmConfig
+from spm.cpm_client import CpmClient
+from spm.dispatch import FlowDispatcher
+from spm.eve import EveLog
+from spm.ips.base import Detector
+from spm.logs import ContextLogger
+from spm.nft import FLAG_BLOCK, FLAG_BYPASS, Plan, Plumbing
+from spm.packet import flow_id
+from spm.pool import WorkerHandle, WorkerPool
+from spm.verdict import Verdict
+from spm.worker import Worker
+
+LOG = logging.getLogger(__name__)
+
+TICK = 1.0
+EVE_STATS_INTERVAL = 10.0
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(slots=True)
+class DaemonCounters:
+    packets: int = 0
+    bytes: int = 0
+    unparseable: int = 0
+    paused: int = 0  # times reading the queue was paused (workers full)
+    failed_over: int = 0  # packets answered by policy because their worker died
+
+
+def cpu_ticks(pid: int) -> int:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def pss_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def kernel_queue_depth(queue_num: int) -> int:
+    try:
+        for line in Path("/proc/net/netfilter/nfnetlink_queue").read_text().splitlines():
+            cols = line.split()
+            if cols and int(cols[0]) == queue_num:
+                return int(cols[2])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+class SpmDaemon:
+    def __init__(self, cfg: SpmConfig, detector: Detector | None = None) -> None:
+        self.cfg = cfg
+        self.detector = detector
+        self.counters = DaemonCounters()
+        self.dispatcher = FlowDispatcher(
+            cfg.workers,
+            cfg.dispatch,
+            max_flows=cfg.limits.max_flows * cfg.workers,
+            timeout=cfg.limits.flow_timeout,
+        )
+        self.pending: dict[int, tuple[int, int]] = {}  # packet id -> (worker, mark)
+        self.max_outstanding = max(64, cfg.queue.length)
+        self.pool: WorkerPool | None = None
+        self.nfq: NfQueue | None = None
+        self.plumbing = Plumbing(Plan.from_config(cfg))
+        self.cpm: CpmClient | None = None
+        self.eve: EveLog | None = None
+        self._sel = selectors.DefaultSelector()
+        self._stop = False
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._log = ContextLogger(LOG, f"spm {cfg.name}")
+        self._last_cpu = 0
+        self._last_tick = time.monotonic()
+        self._last_packets = 0
+        self._last_bytes = 0
+        self._next_eve_stats = 0.0
+
+    # --- life cycle -----------------------------------------------------------------------------
+
+    def make_worker(self, index: int) -> Worker:
+        av = AvInspector(self.cfg.av) if self.cfg.av.enabled else None
+        return Worker(self.cfg, self.detector, av, index)
+
+    def run(self) -> int:
+        cfg = self.cfg
+        self._install_signals()
+        try:
+            self.pool = WorkerPool(cfg.workers, self.make_worker)
+            self.nfq = NfQueue(cfg.queue.num, cfg.queue.length, cfg.queue.fail_open)
+            backend = self.plumbing.setup()
+            if cfg.eve_log:
+                self.eve = EveLog(cfg.eve_log, cfg.name)
+                self.eve.write(
+                    "spm",
+                    time.time(),
+                    spm_event="start",
+                    backend=backend,
+                    workers=cfg.workers,
+                    dispatch=cfg.dispatch,
+                )
+            if cfg.cpm_url and cfg.token:
+                self.cpm = CpmClient(cfg.cpm_url, cfg.token, cfg.name)
+                self.cpm.start()
+            self._sel.register(self.nfq, selectors.EVENT_READ, "nfq")
+            self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+            for h in self.pool.handles:
+                self._sel.register(h.sock, selectors.EVENT_READ, h)
+            self._log.info(
+                "inspecting queue %d with %d workers (%s)",
+                cfg.queue.num,
+                cfg.workers,
+                cfg.dispatch,
+            )
+            self._loop()
+            return 0
+        finally:
+            self._shutdown()
+
+    def stop(self) -> None:
+        self._stop = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+
+    def _install_signals(self) -> None:
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+
+        def handler(signum: int, _frame: Any) -> None:
+            self._log.info("signal %d, stopping", signum)
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def _shutdown(self) -> None:
+        if self.nfq is not None:
+            fail = NF_ACCEPT if self.cfg.queue.fail_open else NF_DROP
+            for packet_id in list(self.pending):
+                self.nfq.verdict(packet_id, fail)
+            self.pending.clear()
+            self.nfq.close()
+        if self.pool is not None:
+            self.pool.stop()
+        try:
+            self.plumbing.teardown()
+        except Exception:  # teardown must not hide the original error
+            self._log.exception("removing the plumbing failed")
+        if self.cpm is not None:
+            self.cpm.stop()
+        if self.eve is not None:
+            self.eve.write("spm", time.time(), spm_event="stop")
+            self.eve.close()
+        self._log.info("stopped")
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        assert self.nfq is not None and self.pool is not None
+        nfq, pool = self.nfq, self.pool
+        reading = True
+        backlog = False
+        while not self._stop:
+            timeout = max(0.0, self._last_tick + TICK - time.monotonic())
+            if backlog:
+                timeout = min(timeout, 0.001)  # a batch waits for room in a worker's socket
+            for key, _mask in self._sel.select(timeout):
+                if key.data == "nfq":
+                    for _ in range(256):
+                        pkts = nfq.receive()
+                        if not pkts:
+                            break
+                        for qp in pkts:
+                            self._dispatch(qp)
+                        if len(self.pending) >= self.max_outstanding:
+                            break
+                elif key.data == "wake":
+                    with contextlib.suppress(OSError):
+                        self._wake_r.recv(64)
+                else:
+                    self._from_worker(key.data)
+            backlog = not pool.flush()
+            nfq.flush()
+            full = len(self.pending) >= self.max_outstanding
+            if full and reading:
+                self._sel.unregister(nfq)
+                self.counters.paused += 1
+                reading = False
+            elif not full and not reading:
+                self._sel.register(nfq, selectors.EVENT_READ, "nfq")
+                reading = True
+            if time.monotonic() >= self._last_tick + TICK:
+                self._tick()
+
+    def _dispatch(self, qp: QueuedPacket) -> None:
+        assert self.nfq is not None and self.pool is not None
+        c = self.counters
+        c.packets += 1
+        c.bytes += len(qp.payload)
+        cid, src, dst = flow_id(qp.payload)
+        if not cid:
+            c.unparseable += 1
+            self.nfq.verdict(qp.packet_id, NF_DROP)
+            return
+        worker = self.dispatcher.pick(cid, src, dst, time.time())
+        self.dispatcher.queue[worker] += 1
+        self.pending[qp.packet_id] = (worker, qp.mark)
+        self.pool.queue(worker, qp.packet_id, cid, qp.payload)
+
+    def _apply(self, packet_id: int, verdict: int) -> None:
+        assert self.nfq is not None
+        entry = self.pending.pop(packet_id, None)
+        if entry is None:
+            return
+        worker, mark = entry
+        self.dispatcher.queue[worker] -= 1
+        if verdict == Verdict.ACCEPT:
+            self.nfq.verdict(packet_id, NF_ACCEPT)
+        elif verdict == Verdict.DROP:
+            self.nfq.verdict(packet_id, NF_DROP)
+        elif verdict == Verdict.BLOCK:
+            self.nfq.verdict(packet_id, NF_ACCEPT, mark | FLAG_BLOCK)
+        else:
+            self.nfq.verdict(packet_id, NF_ACCEPT, mark | FLAG_BYPASS)
+
+    def _from_worker(self, h: WorkerHandle) -> None:
+        for _ in range(64):
+            try:
+                msg = h.receiver.recv()
+            except BlockingIOError:
+                return
+            except OSError:
+                msg = b""
+            if not msg:
+                self._worker_died(h)
+                return
+            if msg[0] == ipc.MSG_VERDICTS:
+                for packet_id, verdict in ipc.unpack_verdicts(msg):
+                    self._apply(packet_id, verdict)
+            elif msg[0] == ipc.MSG_EVENTS:
+                for event in ipc.unpack_events(msg):
+                    self._event(h, event)
+
+    def _event(self, h: WorkerHandle, event: dict[str, Any]) -> None:
+        kind = event.pop("type", "")
+        if kind == "alert":
+            if self.eve is not None:
+                self.eve.alert(event)
+            if self.cpm is not None:
+                body = {
+                    k: event[k]
+                    for k in (
+                        "ts",
+                        "sid",
+                        "gid",
+                        "rev",
+                        "msg",
+                        "classtype",
+                        "action",
+                        "flow",
+                        "community_id",
+                    )
+                }
+                self.cpm.send_alert(body)
+        elif kind == "bypass":
+            if self.eve is not None:
+                self.eve.bypass(event, time.time())
+            if self.cpm is not None:
+                self.cpm.request_bypass(
+                    {k: event[k] for k in ("flow", "community_id", "clean_bytes")}
+                )
+        elif kind == "flow_end":
+            self.dispatcher.forget(str(event.get("community_id", "")))
+        elif kind == "stats":
+            h.stats = event
+
+    def _worker_died(self, h: WorkerHandle) -> None:
+        assert self.pool is not None and self.nfq is not None
+        self._log.error("worker %d (pid %d) died; restarting it", h.index, h.pid)
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(h.sock)
+        fail = NF_ACCEPT if self.cfg.queue.fail_open else NF_DROP
+        for packet_id in [p for p, (w, _m) in self.pending.items() if w == h.index]:
+            del self.pending[packet_id]
+            self.nfq.verdict(packet_id, fail)
+            self.counters.failed_over += 1
+        self.dispatcher.worker_died(h.index)
+        new = self.pool.restart(h.index)
+        self._sel.register(new.sock, selectors.EVENT_READ, new)
+        self.dispatcher.worker_back(h.index)
+
+    # --- every second ---------------------------------------------------------------------------
+
+    def load_report(self) -> dict[str, Any]:
+        assert self.pool is not None
+        now = time.monotonic()
+        interval = max(1e-3, now - self._last_tick)
+        pids = [os.getpid()] + [h.pid for h in self.pool.handles]
+        ticks = sum(cpu_ticks(p) for p in pids)
+        cpu = 0.0
+        if self._last_cpu:  # percent of the host's CPU capacity (all cores), 0..100
+            busy = (ticks - self._last_cpu) / _CLK_TCK / interval
+            cpu = min(100.0, 100.0 * busy / (os.cpu_count() or 1))
+        self._last_cpu = ticks
+        c = self.counters
+        report = {
+            "ts": time.time(),
+            "cpu": round(cpu, 1),
+            "queue_depth": len(self.pending) + kernel_queue_depth(self.cfg.queue.num),
+            "pps": round((c.packets - self._last_packets) / interval, 1),
+            "bps": round(8 * (c.bytes - self._last_bytes) / interval, 1),
+            "mem_bytes": sum(pss_bytes(p) for p in pids),
+            "workers": sum(self.dispatcher.alive),
+            "flows": sum(int(h.stats.get("flows", 0)) for h in self.pool.handles),
+        }
+        self._last_packets, self._last_bytes = c.packets, c.bytes
+        return report
+
+    def _tick(self) -> None:
+        report = self.load_report()
+        self._last_tick = time.monotonic()
+        self.dispatcher.expire(time.time())
+        if self.cpm is not None:
+            self.cpm.report_load(report)
+        if self.eve is not None and time.monotonic() >= self._next_eve_stats:
+            self._next_eve_stats = time.monotonic() + EVE_STATS_INTERVAL
+            assert self.pool is not None
+            self.eve.write(
+                "stats",
+                time.time(),
+                stats={
+                    "load": report,
+                    "dispatcher": {
+                        "packets": self.counters.packets,
+                        "unparseable": self.counters.unparseable,
+                        "paused": self.counters.paused,
+                        "failed_over": self.counters.failed_over,
+                        "flows_assigned": self.dispatcher.counters.flows_assigned,
+                    },
+                    "workers": [h.stats for h in self.pool.handles],
+                },
+            )

@@ -1,0 +1,359 @@
+"""HTTP/1.x message parsing on a reassembled stream, one parser per direction.
+
+Produces the pieces the IPS and the AV need: the request line, URI (raw and normalized), headers,
+cookie, status, and the message body decoded from chunked transfer encoding, handed on as it
+arrives (never buffered whole here). Pipelined requests are matched with their responses so that
+responses to HEAD, 1xx, 204 and 304 are known to carry no body.
+
+Bounded: the header section may be at most `max_header_bytes`; a chunk-size line at most 1 KiB.
+Anything that does not parse turns the parser "broken": it emits one ERROR event and then ignores
+the rest of the stream (the IPS still sees it as raw stream data).
+
+Not supported: HTTP/2 and HTTP/3; Content-Encoding (gzip bodies are handed on compressed: ClamAV
+unpacks gzip itself, the IPS sees compressed file_data); multipart bodies are not split; the URI
+normalization is percent-decoding plus path clean-up (/./, /../, //), not Snort's full set
+(no %u, no UTF-8 overlong decoding, no IIS backslashes).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from enum import Enum
+
+MAX_CHUNK_LINE = 1024
+_METHODS = frozenset(
+    b"GET POST HEAD PUT DELETE OPTIONS CONNECT TRACE PATCH PROPFIND PROPPATCH MKCOL COPY MOVE "
+    b"LOCK UNLOCK SEARCH".split()
+)
+_REQUEST_LINE = re.compile(rb"([A-Za-z-]{1,16}) +(\S{1,65536}) +(HTTP/\d\.\d)\r?$")
+_STATUS_LINE = re.compile(rb"(HTTP/\d\.\d) +(\d{3})(?: +(.*))?\r?$")
+_PCT = re.compile(rb"%([0-9A-Fa-f]{2})")
+
+
+class Ev(Enum):
+    HEADERS = "headers"  # a message's header section is complete
+    BODY = "body"  # decoded body bytes of the current message
+    END = "end"  # the current message is complete
+    ERROR = "error"  # the stream is not (or no longer) parseable HTTP
+
+
+@dataclass(slots=True)
+class HttpMessage:
+    request: bool
+    method: bytes = b""
+    uri: bytes = b""  # raw, as sent
+    version: bytes = b""
+    status_code: bytes = b""
+    status_msg: bytes = b""
+    header_block: bytes = b""  # the start line and the header lines, raw (CRLFs kept)
+    raw_header: bytes = b""  # the header lines only, raw
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)  # (lower-case name, value)
+    content_length: int | None = None
+    chunked: bool = False
+    body_size: int = 0  # decoded body bytes seen so far
+
+    def header(self, name: bytes) -> bytes | None:
+        """The first value of a header (name in lower case)."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+    def header_values(self, name: bytes) -> list[bytes]:
+        return [v for k, v in self.headers if k == name]
+
+    @property
+    def cookie(self) -> bytes:
+        name = b"cookie" if self.request else b"set-cookie"
+        return b"; ".join(self.header_values(name))
+
+    @property
+    def norm_uri(self) -> bytes:
+        return normalize_uri(self.uri)
+
+
+@dataclass(slots=True)
+class HttpEvent:
+    kind: Ev
+    message: HttpMessage | None
+    data: bytes = b""
+    reason: str = ""
+
+
+class _St(Enum):
+    HEAD = 0
+    LENGTH = 1
+    CHUNK_SIZE = 2
+    CHUNK_DATA = 3
+    CHUNK_CRLF = 4
+    TRAILER = 5
+    UNTIL_CLOSE = 6
+    BROKEN = 7
+    TUNNEL = 8
+
+
+@dataclass(slots=True)
+class HttpCounters:
+    requests: int = 0
+    responses: int = 0
+    errors: int = 0
+
+
+class HttpParser:
+    """Parser for one direction. `methods` is shared by the two parsers of a connection: the
+    request side appends each request's method, the response side takes them in order."""
+
+    __slots__ = (
+        "_buf",
+        "_left",
+        "_state",
+        "counters",
+        "max_header_bytes",
+        "message",
+        "methods",
+        "request_side",
+    )
+
+    def __init__(
+        self, request_side: bool, methods: deque[bytes], max_header_bytes: int = 65536
+    ) -> None:
+        self.request_side = request_side
+        self.methods = methods
+        self.max_header_bytes = max_header_bytes
+        self.message: HttpMessage | None = None
+        self.counters = HttpCounters()
+        self._buf = bytearray()
+        self._state = _St.HEAD
+        self._left = 0
+
+    @property
+    def broken(self) -> bool:
+        return self._state in (_St.BROKEN, _St.TUNNEL)
+
+    def feed(self, data: bytes) -> list[HttpEvent]:
+        events: list[HttpEvent] = []
+        pos = 0
+        n = len(data)
+        while pos < n:
+            st = self._state
+            if st is _St.HEAD:
+                pos = self._feed_head(data, pos, events)
+            elif st is _St.LENGTH:
+                take = min(self._left, n - pos)
+                self._body(data[pos : pos + take], events)
+                pos += take
+                self._left -= take
+                if self._left == 0:
+                    self._end(events)
+            elif st is _St.UNTIL_CLOSE:
+                self._body(data[pos:], events)
+                pos = n
+            elif st is _St.CHUNK_DATA:
+                take = min(self._left, n - pos)
+                self._body(data[pos : pos + take], events)
+                pos += take
+                self._left -= take
+                if self._left == 0:
+                    self._state = _St.CHUNK_CRLF
+            elif st in (_St.CHUNK_SIZE, _St.CHUNK_CRLF, _St.TRAILER):
+                pos = self._feed_chunk_line(data, pos, events)
+            else:  # BROKEN, TUNNEL
+                break
+        return events
+
+    def close(self) -> list[HttpEvent]:
+        """The connection closed: a body delimited by the close ends here."""
+        events: list[HttpEvent] = []
+        if self._state is _St.UNTIL_CLOSE:
+            self._end(events)
+        elif self._state not in (_St.HEAD, _St.BROKEN, _St.TUNNEL) or self._buf:
+            self._break(events, "truncated message")
+        return events
+
+    # --- pieces ---------------------------------------------------------------------------------
+
+    def _break(self, events: list[HttpEvent], reason: str) -> None:
+        self._state = _St.BROKEN
+        self._buf.clear()
+        self.counters.errors += 1
+        events.append(HttpEvent(Ev.ERROR, self.message, reason=reason))
+
+    def _body(self, chunk: bytes, events: list[HttpEvent]) -> None:
+        if chunk and self.message is not None:
+            self.message.body_size += len(chunk)
+            events.append(HttpEvent(Ev.BODY, self.message, chunk))
+
+    def _end(self, events: list[HttpEvent]) -> None:
+        events.append(HttpEvent(Ev.END, self.message))
+        self._state = _St.HEAD
+
+    def _feed_head(self, data: bytes, pos: int, events: list[HttpEvent]) -> int:
+        buf = self._buf
+        start = max(0, len(buf) - 3)
+        buf += data[pos:]
+        end = buf.find(b"\r\n\r\n", start)
+        sep = 4
+        if end < 0:
+            end = buf.find(b"\n\n", max(0, start - 1))
+            sep = 2
+        if end < 0:
+            if not buf.lstrip(b"\r\n"):
+                buf.clear()
+            elif len(buf) > self.max_header_bytes:
+                self._break(events, "header section too long")
+            elif not self._plausible_start(bytes(buf[:16])):
+                self._break(events, "not HTTP")
+            return len(data)
+        head = bytes(buf[: end + sep])
+        rest_in_buf = len(buf) - (end + sep)
+        consumed_from_data = len(data) - pos - rest_in_buf
+        buf.clear()
+        if len(head) > self.max_header_bytes:
+            self._break(events, "header section too long")
+            return len(data)
+        pos += consumed_from_data
+        self._headers(head.lstrip(b"\r\n"), events)
+        return pos
+
+    def _plausible_start(self, first: bytes) -> bool:
+        first = first.lstrip(b"\r\n")
+        if self.request_side:
+            word = first.split(b" ", 1)[0]
+            return word in _METHODS or (len(first.split(b" ", 1)) == 1 and word.isalpha())
+        return b"HTTP/"[: len(first)] == first[:5]
+
+    def _headers(self, head: bytes, events: list[HttpEvent]) -> None:
+        lines = head.split(b"\n")
+        start = lines[0].rstrip(b"\r")
+        msg = HttpMessage(request=self.request_side, header_block=head)
+        if self.request_side:
+            m = _REQUEST_LINE.match(start)
+            if not m or m.group(1).upper() not in _METHODS:
+                self._break(events, "bad request line")
+                return
+            msg.method, msg.uri, msg.version = m.group(1), m.group(2), m.group(3)
+        else:
+            m = _STATUS_LINE.match(start)
+            if not m:
+                self._break(events, "bad status line")
+                return
+            msg.version, msg.status_code = m.group(1), m.group(2)
+            msg.status_msg = m.group(3) or b""
+        raw_lines: list[bytes] = []
+        for raw in lines[1:]:
+            line = raw.rstrip(b"\r")
+            if not line:
+                continue
+            raw_lines.append(line)
+            if line[:1] in (b" ", b"\t") and msg.headers:  # obsolete line folding
+                name, value = msg.headers[-1]
+                msg.headers[-1] = (name, value + b" " + line.strip())
+                continue
+            name, colon, value = line.partition(b":")
+            if not colon:
+                continue  # tolerated, as most servers do
+            msg.headers.append((name.strip().lower(), value.strip()))
+        msg.raw_header = b"\r\n".join(raw_lines) + b"\r\n" if raw_lines else b""
+        self.message = msg
+        te = msg.header(b"transfer-encoding")
+        msg.chunked = te is not None and b"chunked" in te.lower()
+        cl = msg.header(b"content-length")
+        if cl is not None and not msg.chunked:
+            if not cl.isdigit() or len(cl) > 15:
+                events.append(HttpEvent(Ev.HEADERS, msg))
+                self._break(events, "bad Content-Length")
+                return
+            msg.content_length = int(cl)
+        events.append(HttpEvent(Ev.HEADERS, msg))
+        if self.request_side:
+            self.counters.requests += 1
+            self.methods.append(msg.method.upper())
+            if msg.chunked:
+                self._state = _St.CHUNK_SIZE
+            elif msg.content_length:
+                self._state, self._left = _St.LENGTH, msg.content_length
+            else:
+                self._end(events)
+            return
+        self.counters.responses += 1
+        code = int(msg.status_code)
+        if 100 <= code < 200 and code != 101:
+            self._end(events)  # interim response; the request still waits for its final one
+            return
+        method = self.methods.popleft() if self.methods else b""
+        if code == 101 or (method == b"CONNECT" and 200 <= code < 300):
+            events.append(HttpEvent(Ev.END, msg))
+            self._state = _St.TUNNEL
+        elif method == b"HEAD" or code in (204, 304):
+            self._end(events)
+        elif msg.chunked:
+            self._state = _St.CHUNK_SIZE
+        elif msg.content_length is not None:
+            if msg.content_length:
+                self._state, self._left = _St.LENGTH, msg.content_length
+            else:
+                self._end(events)
+        else:
+            self._state = _St.UNTIL_CLOSE
+
+    def _feed_chunk_line(self, data: bytes, pos: int, events: list[HttpEvent]) -> int:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            self._buf += data[pos:]
+            if len(self._buf) > MAX_CHUNK_LINE:
+                self._break(events, "chunk line too long")
+            return len(data)
+        self._buf += data[pos:nl]
+        line = bytes(self._buf).rstrip(b"\r")
+        self._buf.clear()
+        pos = nl + 1
+        if len(line) > MAX_CHUNK_LINE:
+            self._break(events, "chunk line too long")
+            return len(data)
+        st = self._state
+        if st is _St.CHUNK_CRLF:
+            if line:
+                self._break(events, "no CRLF after chunk data")
+                return len(data)
+            self._state = _St.CHUNK_SIZE
+        elif st is _St.CHUNK_SIZE:
+            size_txt = line.split(b";", 1)[0].strip()
+            try:
+                size = int(size_txt, 16)
+            except ValueError:
+                self._break(events, "bad chunk size")
+                return len(data)
+            if size < 0 or len(size_txt) > 15:
+                self._break(events, "bad chunk size")
+                return len(data)
+            if size == 0:
+                self._state = _St.TRAILER
+            else:
+                self._state, self._left = _St.CHUNK_DATA, size
+        elif not line:  # TRAILER: an empty line ends the message
+            self._end(events)
+        return pos
+
+
+def normalize_uri(uri: bytes) -> bytes:
+    """Percent-decode and clean up the path (/./, /../, //); the query is only decoded."""
+    path, q, query = uri.partition(b"?")
+    path = _PCT.sub(lambda m: bytes([int(m.group(1), 16)]), path)
+    if path.startswith(b"/"):
+        parts: list[bytes] = []
+        for seg in path.split(b"/")[1:]:
+            if seg in (b"", b"."):
+                continue
+            if seg == b"..":
+                if parts:
+                    parts.pop()
+                continue
+            parts.append(seg)
+        trailing = path.endswith((b"/", b"/.", b"/.."))
+        path = b"/" + b"/".join(parts) + (b"/" if trailing and parts else b"")
+    if q:
+        query = _PCT.sub(lambda m: bytes([int(m.group(1), 16)]), query)
+        return path + b"?" + query
+    return path

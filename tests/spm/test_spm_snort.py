@@ -1,0 +1,213 @@
+"""The Snort adapter: its snort.lua and command line, alert_json lines to CPM alerts, when it is
+chosen, and a run with a stand-in `snort` (a script) in a network namespace."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opengate.errors import ConfigError
+from opengate.netutil import stop_process
+from spm.community_id import community_id_str
+from spm.config import AvConfig, IpsConfig, QueueConfig, SpmConfig
+from spm.ips.snort import find_snort, parse_alert_json, snort_command, snort_lua
+from tests.helpers import skip_unless_root, skip_unless_tool
+from tests.spm.spm_netns import netns, sh, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cfg(**kw: object) -> SpmConfig:
+    base: dict[str, object] = {
+        "name": "sn",
+        "interface": "ogsn0",
+        "tags": (5,),
+        "workers": 3,
+        "queue": QueueConfig(num=6, length=500, fail_open=True),
+        "ips": IpsConfig(
+            rules=("/r/a.rules", "/r/b.rules"),
+            variables={"HOME_NET": "10.0.0.0/8", "HTTP_PORTS": "[80,8080]"},
+        ),
+    }
+    base.update(kw)
+    return SpmConfig(**base)  # type: ignore[arg-type]
+
+
+def test_snort_lua_carries_rules_variables_and_inline_mode(tmp_path: Path) -> None:
+    lua = snort_lua(_cfg(), tmp_path)
+    assert 'HOME_NET = "10.0.0.0/8"' in lua and 'EXTERNAL_NET = "any"' in lua
+    assert 'default_variables.ports.HTTP_PORTS = "[80,8080]"' in lua
+    assert "include /r/a.rules" in lua and "include /r/b.rules" in lua
+    assert "mode = inline" in lua and "alert_json" in lua
+    assert lua.index("HOME_NET") < lua.index("include 'snort_defaults.lua'")
+
+
+def test_snort_command_reads_the_queue_through_daq_nfq(tmp_path: Path) -> None:
+    argv = snort_command("/usr/bin/snort", _cfg(), tmp_path / "s.lua", tmp_path)
+    assert argv[:2] == ["/usr/bin/snort", "-c"]
+    joined = " ".join(argv)
+    assert "-Q --daq nfq -i 6" in joined and "-z 3" in joined
+    assert "queue_maxlen=500" in joined and "fail_open" in joined
+
+
+def test_alert_json_line_becomes_a_cpm_alert() -> None:
+    line = json.dumps(
+        {
+            "timestamp": "11/22-07:30:00.1",
+            "proto": "TCP",
+            "src_addr": "10.0.0.1",
+            "src_port": 40000,
+            "dst_addr": "192.0.2.80",
+            "dst_port": 80,
+            "gid": 1,
+            "sid": 21327,
+            "rev": 6,
+            "msg": "BLACKLIST User-Agent",
+            "class": "network-scan",
+            "action": "would_drop",
+        }
+    )
+    alert = parse_alert_json(line)
+    assert alert is not None
+    assert (alert["sid"], alert["gid"], alert["rev"], alert["action"]) == (21327, 1, 6, "block")
+    assert alert["community_id"] == community_id_str(6, "10.0.0.1", "192.0.2.80", 40000, 80)
+    assert alert["flow"] == {
+        "proto": "tcp",
+        "src": "10.0.0.1",
+        "dst": "192.0.2.80",
+        "sport": 40000,
+        "dport": 80,
+    }
+    assert parse_alert_json("{not json") is None
+
+
+def test_engine_choice() -> None:
+    def have(_name: str) -> str:
+        return "/usr/bin/snort"
+
+    def none(_name: str) -> None:
+        return None
+
+    assert find_snort(_cfg(), have) == "/usr/bin/snort"
+    assert find_snort(_cfg(), none) is None
+    assert find_snort(_cfg(ips=IpsConfig(rules=("/r",), engine="builtin")), have) is None
+    with pytest.raises(ConfigError, match="no snort binary"):
+        find_snort(_cfg(ips=IpsConfig(rules=("/r",), engine="snort")), none)
+    with pytest.raises(ConfigError, match="AV cannot run"):
+        find_snort(
+            _cfg(ips=IpsConfig(rules=("/r",), engine="snort"), av=AvConfig(enabled=True)), have
+        )
+    # auto with the AV on: the built-in engine, which can do both
+    assert find_snort(_cfg(av=AvConfig(enabled=True)), have) is None
+
+
+FAKE_ALERT = json.dumps(
+    {
+        "proto": "TCP",
+        "src_addr": "10.0.0.1",
+        "src_port": 1234,
+        "dst_addr": "10.0.0.2",
+        "dst_port": 80,
+        "gid": 1,
+        "sid": 4242,
+        "rev": 2,
+        "msg": "fake",
+        "class": "misc-activity",
+        "action": "would_drop",
+    }
+)
+FAKE_SNORT = f"""#!/bin/sh
+# stands in for snort: writes one alert where -l says, then waits to be stopped
+while [ $# -gt 0 ]; do
+  if [ "$1" = "-l" ]; then dir="$2"; fi
+  shift
+done
+printf '%s\\n' '{FAKE_ALERT}' >> "$dir/alert_json.txt"
+exec sleep 600
+"""
+
+
+def test_stand_in_snort_runs_on_the_plumbing_and_its_alerts_reach_the_eve_log(
+    tmp_path: Path,
+) -> None:
+    skip_unless_root("the Snort adapter in a network namespace")
+    skip_unless_tool("iptables-nft", "the SPM's xt queue backend")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "snort"
+    fake.write_text(FAKE_SNORT)
+    fake.chmod(0o755)
+    rules = tmp_path / "x.rules"
+    rules.write_text('alert tcp any any -> any 80 (msg:"x"; content:"y"; sid:1;)\n')
+    eve = tmp_path / "eve.json"
+    config = tmp_path / "spm.yaml"
+    config.write_text(
+        f"name: snorty\ninterface: ogsn0\ntags: [5]\nqueue: {{num: 6}}\n"
+        f"ips: {{rules: [{rules}], engine: snort}}\neve_log: {eve}\n"
+    )
+    with netns(f"ogspm-snort-{os.getpid() % 100000}") as ns:
+        sh("ip", "-n", ns, "link", "add", "ogsn0", "type", "veth", "peer", "name", "ogsn1")
+        sh("ip", "-n", ns, "link", "set", "ogsn0", "up")
+        env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+        proc = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                sys.executable,
+                "-m",
+                "spm",
+                "run",
+                "--config",
+                str(config),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+
+            def alerted() -> bool:
+                return eve.exists() and '"signature_id":4242' in eve.read_text()
+
+            wait_for("the stand-in snort's alert in the EVE log", alerted, 20)
+            nft = sh(
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "nft",
+                "list",
+                "table",
+                "inet",
+                "opengate_spm_snorty",
+                check=False,
+            )
+            assert nft.returncode == 0
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(20) == 0
+            nft = sh(
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "nft",
+                "list",
+                "table",
+                "inet",
+                "opengate_spm_snorty",
+                check=False,
+            )
+            assert nft.returncode != 0
+        finally:
+            stop_process(proc)  # type: ignore[arg-type]
+            shutil.rmtree("/run/opengate/snort-snorty", ignore_errors=True)
