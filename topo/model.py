@@ -48,6 +48,14 @@ class HostSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class SpmSpec:
+    rules: tuple[Path, ...] = ()
+    shared_rules: tuple[str, ...] = ()
+    home_net: str = "any"
+    workers: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class TopologySpec:
     name: str
     path: Path
@@ -55,6 +63,7 @@ class TopologySpec:
     npms: tuple[NpmSpec, ...]
     lans: tuple[LanSpec, ...]
     hosts: tuple[HostSpec, ...]
+    spm: SpmSpec = SpmSpec()
 
     def host(self, name: str) -> HostSpec:
         for host in self.hosts:
@@ -130,5 +139,21 @@ def load_topology(path: str | Path, root: Path | None = None) -> TopologySpec:
         item.reject_unknown()
     if not npms:
         raise ConfigError("a topology needs at least one NPM", path=str(path), field="npms")
+    spm = SpmSpec()
+    if top.has("spm"):
+        item = top.sub("spm")
+        spm = SpmSpec(
+            rules=tuple(root / r for r in item.get("rules", _str_list, required=False) or []),
+            shared_rules=tuple(item.get("shared_rules", _str_list, required=False) or []),
+            home_net=item.get("home_net", as_str, default="any"),
+            workers=item.get("workers", as_int, default=1),
+        )
+        item.reject_unknown()
     top.reject_unknown()
-    return TopologySpec(name, path, policy, tuple(npms), tuple(lans), tuple(hosts))
+    return TopologySpec(name, path, policy, tuple(npms), tuple(lans), tuple(hosts), spm)
+
+
+def _str_list(value: object) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"expected a list of strings, got {value!r}")
+    return [str(v) for v in value]

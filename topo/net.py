@@ -3,26 +3,50 @@ run commands on named hosts, and take everything down again (also after errors a
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
+import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+import yaml
 from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import Host
 
 from opengate.errors import ConfigError
 from opengate.netutil import free_tcp_port, stop_process, wait_for_port
-from opengate.target import TargetChoice, select_target
+from opengate.target import TargetChoice, repo_root, select_target, shared_data_dir
 from topo.model import TopologySpec
 from topo.nodes import LanBridge, P4Npm
 
 LOG = logging.getLogger(__name__)
+
+
+def _spm_started(eve_log: Path) -> bool:
+    """The SPM daemon writes an `spm` event to its EVE log once it inspects its queue."""
+    return eve_log.exists() and '"event_type": "spm"' in eve_log.read_text()
+
+
+def _wait_until(
+    what: str, condition: Callable[[], bool], timeout: float, process: subprocess.Popen[bytes]
+) -> None:
+    """Poll `condition` until true; fail early if `process` exits, or after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None:
+            raise RuntimeError(f"gave up waiting for {what}: it exited with {process.returncode}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what} after {timeout:g}s")
+        time.sleep(0.05)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +125,7 @@ class GatewayNetwork:
         for switch in net.switches:
             switch.start([])
         self._start_controller()
+        self._start_spms()
         self._start_services()
 
     def _start_controller(self) -> None:
@@ -131,9 +156,101 @@ class GatewayNetwork:
             f"sqlite:///{self.run_dir / 'opengate.db'}",
             "--state-dir",
             str(self.run_dir),
+            "--api-socket",
+            str(self.cpm_socket),
         ]
         process = self._spawn("controller", argv, self.run_dir / "controller.log")
         wait_for_port("127.0.0.1", port, 60.0, process)
+
+    @property
+    def cpm_socket(self) -> Path:
+        """The controller's API on a Unix socket: the SPM hosts share the filesystem, not the
+        network namespace, of the controller."""
+        return self.run_dir / "cpm.sock"
+
+    def api(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Call the controller's REST API (JSON in, JSON out)."""
+        response = httpx.request(
+            method,
+            f"http://{self.api_address}{path}",
+            headers={"Authorization": f"Bearer {self.api_token}"},
+            timeout=10.0,
+            **kwargs,
+        )
+        response.raise_for_status()
+        return response.json()
+
+    def _start_spms(self) -> None:
+        for host in self.spec.hosts_with_role("spm"):
+            node = self.net.get(host.name)
+            work = self.run_dir / host.name
+            work.mkdir(parents=True, exist_ok=True)
+            clamd_socket = self._start_clamd(host.name, node, work)
+            tags = self.api("GET", f"/api/v1/spm/{host.name}/config")["tags"]
+            rules = [str(r) for r in self.spec.spm.rules]
+            shared = shared_data_dir()
+            rules += [str(shared / r) for r in self.spec.spm.shared_rules if (shared / r).exists()]
+            eve = work / "eve.json"
+            eve.unlink(missing_ok=True)
+            config = {
+                "name": host.name,
+                "interface": f"{host.name}-eth0",
+                "tags": tags,
+                "queue": {"num": 0, "length": 4096, "fail_open": False},
+                "workers": self.spec.spm.workers,
+                "dispatch": "jsq",
+                "ips": {
+                    "rules": rules,
+                    "variables": {"HOME_NET": self.spec.spm.home_net, "EXTERNAL_NET": "!$HOME_NET"},
+                    "alert_action": "drop",
+                },
+                "av": {"enabled": True, "clamd_socket": str(clamd_socket), "on_clamd_down": "drop"},
+                "cpm_url": f"unix:{self.cpm_socket}",
+                "token": self.api_token,
+                "eve_log": str(eve),
+            }
+            config_path = work / "spm.yaml"
+            config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+            argv = [
+                sys.executable,
+                "-m",
+                "spm",
+                "--log-level",
+                "info",
+                "run",
+                "--config",
+                str(config_path),
+            ]
+            with (work / "spm.log").open("wb") as log:
+                process = node.popen(
+                    argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(repo_root())
+                )
+            self._processes.append((f"{host.name}:spm", process))
+            _wait_until(
+                f"{host.name}: opengate spm to start (log {work / 'spm.log'})",
+                functools.partial(_spm_started, eve),
+                60.0,
+                process,
+            )
+
+    def _start_clamd(self, name: str, node: Any, work: Path) -> Path:
+        database = work / "clamav-db"
+        shutil.rmtree(database, ignore_errors=True)
+        shutil.copytree(repo_root() / "spm" / "signatures", database)
+        socket_path = work / "clamd.sock"
+        socket_path.unlink(missing_ok=True)
+        conf = work / "clamd.conf"
+        conf.write_text(
+            f"LocalSocket {socket_path}\nDatabaseDirectory {database}\nForeground yes\n"
+            f"LogFile {work / 'clamd.log'}\nBytecode no\nStreamMaxLength 16M\nMaxThreads 4\n"
+        )
+        binary = shutil.which("clamd") or "/usr/sbin/clamd"
+        process = node.popen(
+            [binary, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        self._processes.append((f"{name}:clamd", process))
+        _wait_until(f"{name}: clamd to open {socket_path}", socket_path.exists, 60.0, process)
+        return socket_path
 
     def _start_services(self) -> None:
         for host in self.spec.hosts:
