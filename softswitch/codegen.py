@@ -129,6 +129,8 @@ class Codegen:
             tuple[str, str], Any
         ] = {}  # set by Program: counters, meters, registers, vsets
         self.std = self._standard_metadata()
+        # action function name -> its body (jump-free actions), for inlining in fused pipelines
+        self.action_bodies: dict[str, list[str]] = {}
         self._init_namespace()
 
     # ------------------------------------------------------------------ utilities
@@ -713,14 +715,27 @@ class Codegen:
                 f"{where}: unsupported hash algorithm {algo!r} (supported: "
                 f"{', '.join(sorted(hashes.SUPPORTED))})"
             )
-        algo_name = self.const(algo_fn, "H")
-        bytes_fn = self.hash_input_function(inputs, where)
+        lines, payload = self.hash_input_lines(inputs, where)
         fname = self.fresh("_C")
+        if algo in ("csum16", "cksum16") and not payload:
+            # The one's complement sum straight from the integer: no bytes in between.
+            self.ns["_csi"] = hashes.csum16_of_int
+            self.add_source([f"def {fname}(p, f):", *lines, "    return _csi(v, n)"])
+            return fname
+        algo_name = self.const(algo_fn, "H")
+        bytes_fn = self.fresh("_B")
+        body = ["    b = (v << (-n % 8)).to_bytes((n + 7) // 8, 'big')"]
+        if payload:
+            body.append("    b += p.data[p.pos:]")
+        self.add_source([f"def {bytes_fn}(p, f):", *lines, *body, "    return b"])
         self.add_source([f"def {fname}(p, f):", f"    return {algo_name}({bytes_fn}(p, f))"])
         return fname
 
-    def hash_input_function(self, inputs: list[dict[str, Any]], where: str) -> str:
-        body: list[str] = ["v = 0", "n = 0"]
+    def hash_input_lines(self, inputs: list[dict[str, Any]], where: str) -> tuple[list[str], bool]:
+        """Lines that put the inputs' bits in `v` (`n` of them), fields of invalid headers left
+        out as BMv2 does; and whether the payload follows. Consecutive inputs under the same
+        validity bit are shifted in by one statement."""
+        runs: list[tuple[int, list[tuple[str, str]]]] = []  # (validity slot or -1, parts)
         payload = False
         for item in inputs:
             t = item.get("type")
@@ -728,40 +743,47 @@ class Codegen:
                 h = self.layout.header(item["value"][0], where)
                 fld = self.layout.field(item["value"][0], item["value"][1], where)
                 if fld.varbit:
-                    line = [
-                        f"v = (v << f[{h.vlen_slot}]) | f[{fld.slot}]",
-                        f"n += f[{h.vlen_slot}]",
-                    ]
+                    part = (f"f[{fld.slot}]", f"f[{h.vlen_slot}]")
                 else:
                     val = f"(f[{fld.slot}] & {fld.mask})" if fld.signed else f"f[{fld.slot}]"
-                    line = [f"v = (v << {fld.width}) | {val}", f"n += {fld.width}"]
-                if h.metadata:
-                    body.extend(line)
-                else:
-                    body.append(f"if f[{h.vslot}]:")
-                    body.extend("    " + x for x in line)
+                    part = (val, str(fld.width))
+                guard = -1 if h.metadata else h.vslot
             elif t == "hexstr":
                 width = int(item.get("bitwidth", 0))
-                value = parse_hex(item["value"], where) & ((1 << width) - 1)
-                body.append(f"v = (v << {width}) | {value}")
-                body.append(f"n += {width}")
+                part = (str(parse_hex(item["value"], where) & ((1 << width) - 1)), str(width))
+                guard = -1
             elif t == "header":
                 h = self.layout.header(item["value"], where)
-                val, bits = self.header_bits_code(h)
-                body.append(f"if f[{h.vslot}]:")
-                body.append(f"    v = (v << {bits}) | {val}")
-                body.append(f"    n += {bits}")
+                part = self.header_bits_code(h)
+                guard = h.vslot
             elif t == "payload":
                 payload = True
+                continue
             else:
                 raise LoadError(f"{where}: unsupported hash input type {t!r}")
-        body.append("b = (v << (-n % 8)).to_bytes((n + 7) // 8, 'big')")
-        if payload:
-            body.append("b += p.data[p.pos:]")
-        body.append("return b")
-        fname = self.fresh("_B")
-        self.add_source([f"def {fname}(p, f):"] + ["    " + x for x in body])
-        return fname
+            if runs and runs[-1][0] == guard:
+                runs[-1][1].append(part)
+            else:
+                runs.append((guard, [part]))
+        lines = ["    v = 0", "    n = 0"]
+        for guard, parts in runs:
+            pad = "    " if guard < 0 else "        "
+            if guard >= 0:
+                lines.append(f"    if f[{guard}]:")
+            if all(w.isdigit() for _, w in parts):
+                total = sum(int(w) for _, w in parts)
+                terms = ["(v << " + str(total) + ")"]
+                shift = total
+                for val, w in parts:
+                    shift -= int(w)
+                    terms.append(f"({val} << {shift})" if shift else val)
+                lines.append(f"{pad}v = {' | '.join(terms)}")
+                lines.append(f"{pad}n += {total}")
+            else:
+                for val, w in parts:
+                    lines.append(f"{pad}v = (v << {w}) | {val}")
+                    lines.append(f"{pad}n += {w}")
+        return lines, payload
 
     # ------------------------------------------------------------------ primitives
     def primitive(
@@ -990,6 +1012,7 @@ class Codegen:
             for pr in prims:
                 self.primitive(pr, where, adw, body)
             lines.extend("    " + x for x in (body or ["pass"]))
+            self.action_bodies[fname] = body
         else:
             lines.append("    pc = 0")
             lines.append(f"    while pc < {len(prims)}:")

@@ -8,13 +8,10 @@ one more slot for their "next index". Everything is resolved once, at load time.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from softswitch.errors import LoadError
-
-LOG = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -102,15 +99,9 @@ class Layout:
     def field(self, header: str, name: str, where: str) -> FieldInfo:
         info = self.header(header, where)
         fld = info.by_name.get(name)
-        if fld is None and "." in name:
-            # Some p4c versions name a field of a copied metadata struct "struct.field";
-            # accept it when the unqualified field exists (BMv2 itself rejects such a JSON).
-            fld = info.by_name.get(name.rsplit(".", 1)[1])
-            if fld is not None:
-                LOG.warning(
-                    "%s: field %r of header %r resolved as %r", where, name, header, fld.name
-                )
         if fld is None:
+            # Exact names only, as BMv2 does: a JSON naming a field of a copied struct
+            # ("struct.field") where the header type has "field" is refused, not guessed at.
             raise LoadError(f"{where}: header {header!r} has no field {name!r}")
         return fld
 

@@ -588,6 +588,13 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                     f"table {info.name!r}: group "
                     f"{te.action.action_profile_group_id} does not exist",
                 )
+            if not group.members:
+                # BMv2 refuses it (EMPTY_GRP; PI reports it as UNKNOWN): a lookup that lands on
+                # an empty group has no action to run.
+                raise P4RTError(
+                    Code.UNKNOWN,
+                    f"table {info.name!r}: group {group.id} is empty",
+                )
             return t.new_entry(key, te.priority, None, (), group=group)
         raise P4RTError(
             Code.INVALID_ARGUMENT,
@@ -672,7 +679,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 m.member_id in g.members for g in prof.groups.values()
             ):
                 raise P4RTError(Code.FAILED_PRECONDITION, f"member {m.member_id} is in use")
-            del prof.members[m.member_id]
+            prof.delete_member(m.member_id)
             return
         if kind == U.INSERT and existing is not None:
             raise P4RTError(Code.ALREADY_EXISTS, f"member {m.member_id} already exists")
@@ -698,7 +705,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             existing.data = data
             prof.refresh_groups_of(m.member_id)
         else:
-            prof.members[m.member_id] = tb.Member(m.member_id, spec, data)
+            prof.add_member(tb.Member(m.member_id, spec, data))
 
     def _write_group(self, pipe: Pipeline, kind: int, g: Any) -> None:
         U = p4r.Update  # noqa: N806
@@ -716,7 +723,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 raise P4RTError(Code.NOT_FOUND, f"group {g.group_id} does not exist")
             if prof.refcount.get(("g", g.group_id)):
                 raise P4RTError(Code.FAILED_PRECONDITION, f"group {g.group_id} is in use")
-            del prof.groups[g.group_id]
+            prof.delete_group(g.group_id)
             return
         if kind == U.INSERT and existing is not None:
             raise P4RTError(Code.ALREADY_EXISTS, f"group {g.group_id} already exists")
@@ -732,19 +739,39 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 raise P4RTError(
                     Code.INVALID_ARGUMENT, f"group {g.group_id}: member {gm.member_id} listed twice"
                 )
-            if gm.weight < 0:
-                raise P4RTError(Code.INVALID_ARGUMENT, f"group {g.group_id}: negative weight")
-            members[gm.member_id] = gm.weight or 1
-        max_size = g.max_size or (existing.max_size if existing else 0) or pinfo.max_group_size
-        if max_size and sum(members.values()) > max_size and pinfo.max_group_size:
+            if gm.weight <= 0:  # as PI: no default weight
+                raise P4RTError(
+                    Code.INVALID_ARGUMENT,
+                    f"group {g.group_id}: member {gm.member_id}: weight must be a positive integer",
+                )
+            members[gm.member_id] = gm.weight
+        # max_size as PI checks it (validate_max_group_size, group_update_members): the
+        # client's value is fixed at creation; the P4Info's max_group_size bounds it.
+        if existing is None:
+            if g.max_size < 0:
+                raise P4RTError(Code.INVALID_ARGUMENT, f"group {g.group_id}: max_size < 0")
+            if pinfo.max_group_size and g.max_size > pinfo.max_group_size:
+                raise P4RTError(
+                    Code.INVALID_ARGUMENT,
+                    f"group {g.group_id}: max_size {g.max_size} exceeds the P4Info's "
+                    f"max_group_size {pinfo.max_group_size}",
+                )
+            user_max = g.max_size
+        else:
+            user_max = existing.max_size
+            if g.max_size and g.max_size != user_max:
+                raise P4RTError(
+                    Code.INVALID_ARGUMENT,
+                    f"group {g.group_id}: max_size cannot change after the group is created",
+                )
+        limit = user_max or pinfo.max_group_size
+        if limit and sum(members.values()) > limit:
             raise P4RTError(
-                Code.RESOURCE_EXHAUSTED, f"group {g.group_id}: more than {max_size} members"
+                Code.RESOURCE_EXHAUSTED,
+                f"group {g.group_id}: the sum of member weights exceeds the group's size {limit}",
             )
-        group = existing or tb.Group(g.group_id, max_size)
-        group.members = members
-        group.max_size = max_size
-        prof.expand(group)
-        prof.groups[g.group_id] = group
+        group = existing or tb.Group(g.group_id, user_max)
+        prof.set_group_members(group, members)
 
     # ---- counters, meters, registers
     def _write_counter(self, pipe: Pipeline, kind: int, c: Any) -> None:

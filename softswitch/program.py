@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from softswitch import fuse
 from softswitch import tables as tb
 from softswitch.codegen import Codegen, E, parse_hex
 from softswitch.errors import LoadError
@@ -16,6 +17,9 @@ from softswitch.layout import FieldInfo, Layout, build_layout
 LOG = logging.getLogger(__name__)
 
 SUPPORTED_MAJOR = 2
+# Run each pipeline as one fused function (softswitch.fuse) rather than node by node. The node
+# functions are always built too (the fused code falls back on them); tests compare both ways.
+FUSE = True
 CONST_PRIORITY_BASE = 1 << 24  # JSON priorities (smaller wins) -> P4Runtime's (larger wins)
 
 
@@ -290,6 +294,7 @@ def _compile_pipeline(
             raise LoadError(f"{where}: unknown next node {name!r}")
         return node_fn[name]
 
+    key_codes: dict[str, str] = {}
     exit_actions = {
         int(a["id"])
         for a in gen.doc.get("actions", [])
@@ -380,6 +385,10 @@ def _compile_pipeline(
         if any(a in exit_actions for a in tacts):
             has_exit = True
         gen.add_source(_table_node(gen, table, node_fn[t["name"]], codes, tacts, exit_actions))
+        style = tb.index_key_style(table.kinds)
+        key_codes[t["name"]] = (
+            "" if style == "none" else codes[0] if style == "int" else f"({', '.join(codes)},)"
+        )
         # direct counters bound to this table
         for c in counters.values():
             if c.is_direct and c.binding == table.name:
@@ -408,7 +417,18 @@ def _compile_pipeline(
         gen.add_source(lines)
 
     init = pipe.get("init_table")
-    return (ref(init, f"pipeline {pipe['name']!r}") if init else "None"), has_exit
+    if not init:
+        return "None", has_exit
+    graph = fuse.graph_of(gen, pipe, tables, key_codes, actions, exit_actions) if FUSE else None
+    if graph is None:
+        return ref(init, f"pipeline {pipe['name']!r}"), has_exit
+    fname = gen.fresh("_P")
+    source = fuse.fuse(gen, graph, node_fn, fname)
+    if source is None:
+        LOG.warning("pipeline %r: its control graph has a cycle; run node by node", pipe["name"])
+        return ref(init, f"pipeline {pipe['name']!r}"), has_exit
+    gen.add_source(source)
+    return fname, has_exit
 
 
 def _table_node(

@@ -9,6 +9,7 @@ tables. Priorities are P4Runtime's: a larger number wins.
 from __future__ import annotations
 
 import bisect
+import heapq
 import operator
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -38,6 +39,12 @@ class Member:
     action: ActionSpec
     data: tuple[int, ...]
     proto: Any = None
+    # BMv2 member handles of this member: [0] is the member itself, the others are the copies
+    # that PI creates for weights above 1 (a group uses handles[:weight]).
+    handles: list[int] = field(default_factory=list)
+    # PI's weight_counts: weight -> number of groups using the member with that weight, plus
+    # one at weight 1 for the member itself. Copies above the largest counted weight are freed.
+    weight_counts: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True, eq=False)
@@ -45,12 +52,47 @@ class Group:
     id: int
     max_size: int
     members: dict[int, int] = field(default_factory=dict)  # member id -> weight
-    expanded: tuple[Member, ...] = ()
+    expanded: tuple[Member, ...] = ()  # by increasing BMv2 member handle
     proto: Any = None
+
+
+class HandleAllocator:
+    """BMv2's HandleMgr: the lowest handle not in use."""
+
+    __slots__ = ("_free", "_next")
+
+    def __init__(self) -> None:
+        self._free: list[int] = []  # a heap of released handles, all below _next
+        self._next = 0
+
+    def get(self) -> int:
+        if self._free:
+            return heapq.heappop(self._free)
+        self._next += 1
+        return self._next - 1
+
+    def release(self, handle: int) -> None:
+        heapq.heappush(self._free, handle)
+
+    def clear(self) -> None:
+        self._free.clear()
+        self._next = 0
 
 
 @dataclass(slots=True, eq=False)
 class ActionProfile:
+    """Members and groups, with member selection exactly as simple_switch_grpc makes it.
+
+    P4Runtime weights go through PI's frontend (proto/frontend/src/action_prof_mgr.cpp), which
+    has no weights on BMv2: a member of weight w is added to the group as w BMv2 members, the
+    member itself and w-1 copies created on demand (in increasing P4Runtime member id order, each
+    taking the lowest free BMv2 handle) and freed once no group needs them. BMv2 then picks
+    `members_sorted_by_handle[hash % count]` (bm_sim/action_profile.cpp, PI/src/group_selection.cpp
+    in behavioral-model), the hash being the selector's algorithm over its fields, at the
+    algorithm's own width. `add_member`, `set_group_members` and `delete_group` replay PI's
+    handle bookkeeping, so that the same Writes give the same handles and the same choices.
+    """
+
     name: str
     id: int
     max_size: int
@@ -59,15 +101,68 @@ class ActionProfile:
     members: dict[int, Member] = field(default_factory=dict)
     groups: dict[int, Group] = field(default_factory=dict)
     refcount: dict[tuple[str, int], int] = field(default_factory=dict)  # ("m"|"g", id) -> uses
+    handles: HandleAllocator = field(default_factory=HandleAllocator)
+
+    def add_member(self, member: Member) -> None:
+        """A new member (P4Runtime INSERT): one BMv2 handle."""
+        member.handles = [self.handles.get()]
+        member.weight_counts = {1: 1}
+        self.members[member.id] = member
+
+    def delete_member(self, member_id: int) -> None:
+        member = self.members.pop(member_id)
+        for h in member.handles:
+            self.handles.release(h)
+        member.handles = []
+
+    def set_group_members(self, group: Group, weights: dict[int, int]) -> None:
+        """Give `group` these members (id -> weight > 0), as PI's group_update_members does."""
+        old = group.members
+        ids = sorted(set(old) | set(weights))
+        for mid in ids:  # PI walks the union of old and new members by member id
+            member = self.members[mid]
+            current, new = old.get(mid, 0), weights.get(mid, 0)
+            while len(member.handles) < new:
+                member.handles.append(self.handles.get())
+            counts = member.weight_counts
+            if current > 0:
+                counts[current] = counts.get(current, 0) - 1
+            if new > 0:
+                counts[new] = counts.get(new, 0) + 1
+        group.members = dict(weights)
+        self.groups[group.id] = group
+        for mid in ids:
+            self._purge_copies(self.members[mid])
+        self.expand(group)
+
+    def delete_group(self, group_id: int) -> None:
+        group = self.groups.pop(group_id)
+        for mid, weight in group.members.items():
+            member = self.members[mid]
+            member.weight_counts[weight] = member.weight_counts.get(weight, 0) - 1
+            self._purge_copies(member)
+        group.members = {}
+        group.expanded = ()
+
+    def _purge_copies(self, member: Member) -> None:
+        counts = member.weight_counts
+        used = [w for w, n in counts.items() if n > 0]
+        top = max(used) if used else 1
+        for w in [w for w in counts if w > top]:
+            del counts[w]
+        while len(member.handles) > top:
+            self.handles.release(member.handles.pop())
 
     def expand(self, group: Group) -> None:
-        """Recompute the weighted member sequence that selection indexes into."""
-        seq: list[Member] = []
-        for mid in sorted(group.members):
+        """Recompute the member sequence that selection indexes into: BMv2's member handles of
+        the group in increasing order (the member itself and its weight copies)."""
+        by_handle: list[tuple[int, Member]] = []
+        for mid, weight in group.members.items():
             member = self.members.get(mid)
             if member is not None:
-                seq.extend([member] * max(1, group.members[mid]))
-        group.expanded = tuple(seq)
+                by_handle.extend((h, member) for h in member.handles[:weight])
+        by_handle.sort(key=lambda hm: hm[0])
+        group.expanded = tuple(m for _, m in by_handle)
 
     def refresh_groups_of(self, member_id: int) -> None:
         for group in self.groups.values():
@@ -78,6 +173,7 @@ class ActionProfile:
         self.members.clear()
         self.groups.clear()
         self.refcount.clear()
+        self.handles.clear()
 
 
 @dataclass(slots=True, eq=False)

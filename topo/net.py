@@ -4,6 +4,7 @@ run commands on named hosts, and take everything down again (also after errors a
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import secrets
@@ -33,7 +34,15 @@ LOG = logging.getLogger(__name__)
 
 def _spm_started(eve_log: Path) -> bool:
     """The SPM daemon writes an `spm` event to its EVE log once it inspects its queue."""
-    return eve_log.exists() and '"event_type": "spm"' in eve_log.read_text()
+    if not eve_log.exists():
+        return False
+    for line in eve_log.read_text().splitlines():
+        try:
+            if json.loads(line).get("event_type") == "spm":
+                return True
+        except json.JSONDecodeError:
+            continue  # a line still being written
+    return False
 
 
 def _wait_until(
@@ -120,6 +129,9 @@ class GatewayNetwork:
             node = net.get(host.name)
             node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
             node.setMAC(host.mac, node.defaultIntf())
+            # veths hand partial checksums to whoever reads them raw (the P4 switch): the hosts
+            # must compute them in software, or NAT's incremental updates start from garbage.
+            node.cmd(f"ethtool -K {node.defaultIntf()} tx off rx off tso off gso off gro off")
             if host.gateway is not None:
                 node.cmd(f"ip route replace default via {host.gateway}")
         for switch in net.switches:
@@ -136,6 +148,8 @@ class GatewayNetwork:
         port = free_tcp_port()
         self.api_address = f"127.0.0.1:{port}"
         self.api_token = secrets.token_hex(16)
+        # Every run of the topology is a new gateway: a new switch, so a new database too.
+        (self.run_dir / "opengate.db").unlink(missing_ok=True)
         token_file = self.run_dir / "api-token"
         token_file.write_text(self.api_token + "\n")
         token_file.chmod(0o600)

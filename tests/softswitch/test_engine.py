@@ -144,7 +144,7 @@ def test_range_table_elementary_intervals(make_dataplane: MakeDp) -> None:
     from softswitch.tables import Member
 
     for cls, port in ((1, 11), (2, 12), (3, 13)):
-        prof.members[cls] = Member(cls, fwd, (port,))
+        prof.add_member(Member(cls, fwd, (port,)))
         st.insert(st.new_entry((cls,), 0, None, (), member=prof.members[cls]))
     got = {d: dp.process(1, tcp_frame(dport=d))[0][0] for d in (10, 80, 86, 95, 1500)}
     assert got == {10: 11, 80: 12, 86: 12, 95: 13, 1500: 13}
@@ -163,11 +163,10 @@ def test_action_selector_spreads_flows_by_weight_and_is_stable(make_dataplane: M
     assert fwd is not None
     from softswitch.tables import Group, Member
 
-    prof.members[1] = Member(1, fwd, (21,))
-    prof.members[2] = Member(2, fwd, (22,))
-    group = Group(1, 16, {1: 1, 2: 3})
-    prof.groups[1] = group
-    prof.expand(group)
+    prof.add_member(Member(1, fwd, (21,)))
+    prof.add_member(Member(2, fwd, (22,)))
+    group = Group(1, 16)
+    prof.set_group_members(group, {1: 1, 2: 3})
     st.insert(st.new_entry((1,), 0, None, (), group=group))
     rng = random.Random(7)
     flows = [

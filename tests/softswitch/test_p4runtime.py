@@ -454,3 +454,32 @@ def test_action_profile_members_groups_and_multicast(client: Client, switch_serv
         )
     )
     assert got.packet_replication_engine_entry.multicast_group_entry == mg
+
+
+def test_group_weights_must_be_positive_and_fit_the_group_size(client: Client) -> None:
+    i = ids(set_pipeline(client))
+    prof = i["MyIngress.spm_selector"]
+    for mid in (1, 2):
+        m = p4r.ActionProfileMember(action_profile_id=prof, member_id=mid)
+        m.action.action_id = i["MyIngress.forward"]
+        m.action.params.add(param_id=1, value=bytes([10 + mid]))
+        client.write(insert(p4r.Entity(action_profile_member=m)))
+    cases = (
+        (0, [(1, 0)], rpc_code.INVALID_ARGUMENT),  # PI: no default weight
+        (2, [(1, 2), (2, 1)], rpc_code.RESOURCE_EXHAUSTED),  # sum of weights > max_size
+    )
+    for max_size, members, code in cases:
+        g = p4r.ActionProfileGroup(action_profile_id=prof, group_id=1, max_size=max_size)
+        for mid, weight in members:
+            g.members.add(member_id=mid, weight=weight)
+        with pytest.raises(grpc.RpcError) as err:
+            client.write(insert(p4r.Entity(action_profile_group=g)))
+        assert write_errors(err.value)[0].canonical_code == code
+    g = p4r.ActionProfileGroup(action_profile_id=prof, group_id=1, max_size=3)
+    g.members.add(member_id=1, weight=2)
+    g.members.add(member_id=2, weight=1)
+    client.write(insert(p4r.Entity(action_profile_group=g)))
+    g.max_size = 4
+    with pytest.raises(grpc.RpcError) as err:
+        client.write(p4r.Update(type=p4r.Update.MODIFY, entity=p4r.Entity(action_profile_group=g)))
+    assert write_errors(err.value)[0].canonical_code == rpc_code.INVALID_ARGUMENT

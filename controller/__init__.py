@@ -1,0 +1,1 @@
+"""The CPM (control processing module): the P4Runtime controller and its rule compilers."""

@@ -1,0 +1,282 @@
+"""What one NPM's tables must hold, apart from sessions and classification: the base configuration.
+
+`desired_base(policy, tag_base, weights)` is a pure function of the policy, the NPM's tag block
+and the SPM weights of the moment. `diff_base(current, desired)` says what to write, in an order
+that never leaves a table pointing at something missing: new members, then removed selector
+entries, then groups, then table entries, and deletions last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from controller.policy import Policy
+from opengate import p4constants as pc
+from opengate.entries import Exact, Lpm, TableEntry
+
+# Tables whose entries the base configuration owns entirely (the CPM deletes strays there).
+BASE_TABLES = (
+    pc.T_PORT_ROLE,
+    pc.T_ROUTER_MAC,
+    pc.T_SPM_RETURN,
+    pc.T_ARP_RESPONDER,
+    pc.T_ROUTING,
+    pc.T_SNAT_RULE,
+    pc.T_DNAT_RULE,
+    pc.T_CLASS_POLICY,
+)
+# Keyless tables whose default action the base configuration sets.
+BASE_DEFAULTS = (pc.T_NPM_IDENTITY, pc.T_ACL_VERDICT)
+METERS = (pc.M_CLASS_METER, pc.M_CPU_METER)
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    member_id: int
+    port: int
+    mac: int
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    group_id: int
+    members: tuple[tuple[int, int], ...]  # (member_id, weight), sorted
+    max_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupEntry:
+    """An spm_select entry: pool -> group."""
+
+    pool: int
+    group_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class MeterCell:
+    meter: str
+    index: int
+    config: tuple[int, int, int, int] | None  # cir, cburst, pir, pburst; None: unmetered
+
+
+@dataclass(slots=True)
+class BaseConfig:
+    entries: dict[tuple[object, ...], TableEntry] = field(default_factory=dict)
+    members: dict[int, Member] = field(default_factory=dict)
+    groups: dict[int, Group] = field(default_factory=dict)
+    group_entries: dict[int, GroupEntry] = field(default_factory=dict)
+    meters: dict[tuple[str, int], MeterCell] = field(default_factory=dict)
+
+    def add(self, entry: TableEntry) -> None:
+        self.entries[entry_key(entry)] = entry
+
+    def count(self) -> int:
+        return (
+            len(self.entries)
+            + len(self.members)
+            + len(self.groups)
+            + len(self.group_entries)
+            + sum(1 for c in self.meters.values() if c.config is not None)
+        )
+
+
+def entry_key(entry: TableEntry) -> tuple[object, ...]:
+    return (entry.table, entry.is_default, entry.match, entry.priority)
+
+
+def acl_default_entry(policy: Policy) -> TableEntry:
+    return TableEntry.make(
+        pc.T_ACL_VERDICT,
+        {},
+        policy.acl_default.p4_action,
+        {"rule_id": pc.RULE_NONE},
+        is_default=True,
+    )
+
+
+def desired_base(policy: Policy, tag_base: int, weights: Mapping[str, int]) -> BaseConfig:
+    """The base configuration. `weights`: SPM name -> current weight (0 or absent: out)."""
+    out = BaseConfig()
+    for port in policy.ports:
+        out.add(
+            TableEntry.make(
+                pc.T_PORT_ROLE,
+                {"ingress_port": Exact(port.number)},
+                pc.A_SET_PORT_ROLE,
+                {"role": port.role},
+            )
+        )
+        if port.mac is not None:
+            out.add(
+                TableEntry.make(
+                    pc.T_ROUTER_MAC,
+                    {"egress_port": Exact(port.number)},
+                    pc.A_SET_SOURCE_MAC,
+                    {"mac": port.mac},
+                )
+            )
+    out.add(
+        TableEntry.make(
+            pc.T_NPM_IDENTITY, {}, pc.A_SET_NPM_IDENTITY, {"tag_base": tag_base}, is_default=True
+        )
+    )
+    for nat_done in (0, 1):
+        out.add(
+            TableEntry.make(
+                pc.T_SPM_RETURN,
+                {"tag": Exact(tag_base | nat_done)},
+                pc.A_RESUME_AFTER_SPM,
+                {"nat_done": nat_done},
+            )
+        )
+    port_macs = {p.number: p.mac for p in policy.ports if p.mac is not None}
+    for address, port_number in sorted(policy.gateway_addresses().items()):
+        mac = port_macs.get(port_number)
+        if mac is None:
+            continue
+        out.add(
+            TableEntry.make(
+                pc.T_ARP_RESPONDER,
+                {"target_ip": Exact(int(address))},
+                pc.A_ARP_REPLY,
+                {"mac": mac},
+            )
+        )
+    for route in policy.routes:
+        out.add(
+            TableEntry.make(
+                pc.T_ROUTING,
+                {"ipv4_dst": Lpm(int(route.prefix.network_address), route.prefix.prefixlen)},
+                pc.A_ROUTE_TO,
+                {"port": route.port, "next_hop_mac": route.next_hop_mac},
+            )
+        )
+    for rule in policy.nat.masquerade:
+        for net in rule.sources:
+            out.add(
+                TableEntry.make(
+                    pc.T_SNAT_RULE,
+                    {
+                        "egress_port": Exact(rule.port),
+                        "ipv4_src": Lpm(int(net.network_address), net.prefixlen),
+                    },
+                    pc.A_MASQUERADE,
+                )
+            )
+    for forward in policy.nat.port_forwards:
+        out.add(
+            TableEntry.make(
+                pc.T_DNAT_RULE,
+                {
+                    "ipv4_dst": Exact(int(forward.address)),
+                    "ip_proto": Exact(forward.proto),
+                    "l4_dport": Exact(forward.port),
+                },
+                pc.A_PORT_FORWARD,
+            )
+        )
+    for spec in policy.classes:
+        if spec.chain is None:
+            continue
+        chain = policy.chain(spec.chain)
+        pool = policy.pool(chain.pool)
+        out.add(
+            TableEntry.make(
+                pc.T_CLASS_POLICY,
+                {"class_id": Exact(spec.class_id)},
+                pc.A_INSPECT,
+                {"pool": pool.pool_id, "open_on_failure": int(chain.on_failure == "open")},
+            )
+        )
+    out.add(acl_default_entry(policy))
+    # SPM selector: one member per SPM, one group per pool, weights from the load reports.
+    for spm in policy.spms:
+        out.members[spm.member_id] = Member(spm.member_id, spm.port, spm.mac)
+    for pool in policy.pools:
+        specs = [s for s in policy.spms if s.name in pool.spms]
+        members = tuple(
+            sorted(
+                (s.member_id, min(weights.get(s.name, 0), s.weight))
+                for s in specs
+                if weights.get(s.name, 0) > 0
+            )
+        )
+        max_size = sum(s.weight for s in specs)
+        out.groups[pool.pool_id] = Group(pool.pool_id, members, max_size)
+        if members:
+            out.group_entries[pool.pool_id] = GroupEntry(pool.pool_id, pool.pool_id)
+    # Meters: every cell the policy sets; the others are reset (unmetered).
+    for spec in policy.classes:
+        if spec.meter is not None:
+            meter = policy.meter(spec.meter)
+            config = (meter.cir, meter.cburst, meter.pir, meter.pburst)
+            out.meters[(pc.M_CLASS_METER, spec.class_id)] = MeterCell(
+                pc.M_CLASS_METER, spec.class_id, config
+            )
+    for reason, name in policy.cpu_meters.items():
+        meter = policy.meter(name)
+        config = (meter.cir, meter.cburst, meter.pir, meter.pburst)
+        out.meters[(pc.M_CPU_METER, reason)] = MeterCell(pc.M_CPU_METER, reason, config)
+    return out
+
+
+@dataclass(slots=True)
+class BaseDiff:
+    """Writes that turn `current` into `desired`, grouped by the order they must be applied in."""
+
+    insert_members: list[Member] = field(default_factory=list)
+    delete_group_entries: list[GroupEntry] = field(default_factory=list)
+    insert_groups: list[Group] = field(default_factory=list)
+    modify_groups: list[Group] = field(default_factory=list)
+    insert_group_entries: list[GroupEntry] = field(default_factory=list)
+    modify_group_entries: list[GroupEntry] = field(default_factory=list)
+    insert_entries: list[TableEntry] = field(default_factory=list)
+    modify_entries: list[TableEntry] = field(default_factory=list)
+    meters: list[MeterCell] = field(default_factory=list)
+    delete_entries: list[TableEntry] = field(default_factory=list)
+    delete_groups: list[Group] = field(default_factory=list)
+    modify_members: list[Member] = field(default_factory=list)
+    delete_members: list[Member] = field(default_factory=list)
+
+    def count(self) -> int:
+        return sum(len(getattr(self, name)) for name in self.__slots__)
+
+    def summary(self) -> dict[str, int]:
+        return {name: len(getattr(self, name)) for name in self.__slots__ if getattr(self, name)}
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _split(current: Mapping[K, V], desired: Mapping[K, V]) -> tuple[list[V], list[V], list[V]]:
+    inserts = [v for k, v in desired.items() if k not in current]
+    modifies = [v for k, v in desired.items() if k in current and current[k] != v]
+    deletes = [v for k, v in current.items() if k not in desired]
+    return inserts, modifies, deletes
+
+
+def diff_base(current: BaseConfig, desired: BaseConfig) -> BaseDiff:
+    out = BaseDiff()
+    out.insert_members, out.modify_members, out.delete_members = _split(
+        current.members, desired.members
+    )
+    out.insert_groups, out.modify_groups, out.delete_groups = _split(current.groups, desired.groups)
+    out.insert_group_entries, out.modify_group_entries, out.delete_group_entries = _split(
+        current.group_entries, desired.group_entries
+    )
+    inserts, modifies, deletes = _split(current.entries, desired.entries)
+    # Default entries cannot be inserted or deleted, only modified.
+    out.insert_entries = [e for e in inserts if not e.is_default]
+    out.modify_entries = [e for e in inserts if e.is_default] + modifies
+    out.delete_entries = [e for e in deletes if not e.is_default]
+    for key, cell in desired.meters.items():
+        have = current.meters.get(key)
+        if have is None or have.config != cell.config:
+            out.meters.append(cell)
+    for key, cell in current.meters.items():
+        if key not in desired.meters and cell.config is not None:
+            out.meters.append(MeterCell(cell.meter, cell.index, None))
+    return out

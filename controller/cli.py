@@ -1,0 +1,466 @@
+"""`opengate controller run` (the CPM process) and the client commands that talk to its REST API:
+`opengate status`, `sessions`, `spms`, `alerts`, `policy apply|diff|show|validate`.
+
+Client commands find the API with `--api URL` (or $OPENGATE_API, default http://127.0.0.1:8080)
+and the token with `--token-file F` (or $OPENGATE_TOKEN_FILE, default run/api-token) or
+$OPENGATE_TOKEN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import secrets
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from controller.api import ApiServer
+from controller.npm import NpmAddress, Pipeline
+from controller.policy import load_policy
+from controller.runtime import DEFAULT_ELECTION_ID, Controller, ControllerOptions, default_pipeline
+from opengate.errors import ConfigError
+
+LOG = logging.getLogger(__name__)
+
+DEFAULT_API = "http://127.0.0.1:8080"
+DEFAULT_TOKEN_FILE = Path("run") / "api-token"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    controller = sub.add_parser("controller", help="the CPM: run the controller process")
+    controller_sub = controller.add_subparsers(dest="controller_command", required=True)
+    run = controller_sub.add_parser(
+        "run",
+        help="run the controller (until SIGTERM)",
+        description="Drive NPM switches over P4Runtime from a policy file; serve the REST API.",
+    )
+    run.add_argument("--policy", type=Path, help="policy file (YAML); default: the DB's latest")
+    run.add_argument(
+        "--npm",
+        action="append",
+        required=True,
+        metavar="NAME=ADDR[,DEVICE_ID]",
+        help="an NPM's P4Runtime server, e.g. npm1=127.0.0.1:9559,1 (repeat for several)",
+    )
+    run.add_argument("--db", help="database URL (default: sqlite:///STATE_DIR/opengate.db)")
+    run.add_argument("--api", default="127.0.0.1:8080", help="HOST:PORT of the REST API, or 'off'")
+    run.add_argument("--token-file", type=Path, help="API token (created if missing)")
+    run.add_argument(
+        "--api-socket",
+        type=Path,
+        help="also serve the REST API on this Unix socket (for SPM hosts in other namespaces)",
+    )
+    run.add_argument(
+        "--election-id",
+        type=int,
+        default=DEFAULT_ELECTION_ID,
+        help=f"P4Runtime election id; a standby uses a lower one (default {DEFAULT_ELECTION_ID})",
+    )
+    run.add_argument("--state-dir", type=Path, default=Path("run"), help="run-time files")
+    run.add_argument("--p4info", type=Path, help="P4Info (default: p4src/build/)")
+    run.add_argument("--device-config", type=Path, help="BMv2 JSON (default: p4src/build/)")
+    run.set_defaults(handler=_run)
+
+    def client(name: str, help_text: str) -> argparse.ArgumentParser:
+        parser = sub.add_parser(name, help=help_text)
+        _client_options(parser)
+        return parser
+
+    status = client("status", "the controller's status (NPMs, sessions, SPMs, policy)")
+    status.add_argument("--hsm", action="store_true", help="the classifier banks and statistics")
+    status.set_defaults(handler=_status)
+    sessions = client("sessions", "installed sessions")
+    sessions.add_argument("--npm")
+    sessions.add_argument("--limit", type=int, default=50)
+    sessions.add_argument("--delete", type=int, metavar="ID", help="remove session ID")
+    sessions.set_defaults(handler=_sessions)
+    spms = client("spms", "SPMs: status, weight, load")
+    spms.set_defaults(handler=_spms)
+    alerts = client("alerts", "latest alerts from the SPMs")
+    alerts.add_argument("--limit", type=int, default=20)
+    alerts.set_defaults(handler=_alerts)
+
+    policy = sub.add_parser("policy", help="policy versions: apply, diff, show, validate")
+    policy_sub = policy.add_subparsers(dest="policy_command", required=True)
+    apply = policy_sub.add_parser("apply", help="push a new policy version (hitless)")
+    _client_options(apply)
+    apply.add_argument("file", type=Path)
+    apply.set_defaults(handler=_policy_apply)
+    diff = policy_sub.add_parser("diff", help="what applying FILE would change")
+    _client_options(diff)
+    diff.add_argument("file", type=Path)
+    diff.set_defaults(handler=_policy_diff)
+    show = policy_sub.add_parser("show", help="the running policy (or the version list)")
+    _client_options(show)
+    show.add_argument("--versions", action="store_true")
+    show.set_defaults(handler=_policy_show)
+    validate = policy_sub.add_parser("validate", help="check a policy file locally")
+    validate.add_argument("file", type=Path)
+    validate.set_defaults(handler=_policy_validate)
+
+
+def _client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--api", default=os.environ.get("OPENGATE_API", DEFAULT_API))
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        default=Path(os.environ.get("OPENGATE_TOKEN_FILE", str(DEFAULT_TOKEN_FILE))),
+    )
+    parser.add_argument("--json", action="store_true", help="print the API's JSON")
+
+
+# -- the controller process ---------------------------------------------------------------------
+
+
+def parse_npm(text: str) -> NpmAddress:
+    name, eq, rest = text.partition("=")
+    if not eq or not name or not rest:
+        raise ConfigError(f"--npm {text!r}: expected NAME=HOST:PORT[,DEVICE_ID]", field="--npm")
+    address, _, device = rest.partition(",")
+    if ":" not in address:
+        raise ConfigError(f"--npm {text!r}: the address needs a port", field="--npm")
+    if device and not device.isdigit():
+        raise ConfigError(f"--npm {text!r}: device id must be a number", field="--npm")
+    return NpmAddress(name, address, int(device) if device else 1)
+
+
+def read_or_create_token(path: Path) -> str:
+    if path.exists():
+        token = path.read_text().strip()
+        if not token:
+            raise ConfigError("the token file is empty", path=str(path))
+        return token
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(16)
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    LOG.warning("created API token in %s", path)
+    return token
+
+
+def _run(args: argparse.Namespace) -> int:
+    state_dir: Path = args.state_dir
+    state_dir.mkdir(parents=True, exist_ok=True)
+    npms = tuple(parse_npm(text) for text in args.npm)
+    if len({n.name for n in npms}) != len(npms):
+        raise ConfigError("two --npm options have the same name", field="--npm")
+    pipeline = default_pipeline()
+    if args.p4info or args.device_config:
+        pipeline = Pipeline(
+            args.p4info or pipeline.p4info_path, args.device_config or pipeline.json_path
+        )
+    options = ControllerOptions(
+        npms=npms,
+        policy_path=args.policy,
+        db_url=args.db or f"sqlite:///{(state_dir / 'opengate.db').resolve()}",
+        election_id=args.election_id,
+        state_dir=state_dir,
+        pipeline=pipeline,
+    )
+    controller = Controller(options)
+    servers: list[ApiServer] = []
+    signal.signal(signal.SIGTERM, lambda *_: controller.request_stop())
+    signal.signal(signal.SIGINT, lambda *_: controller.request_stop())
+    try:
+        controller.start()
+        if args.api != "off":
+            host, _, port = args.api.rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError(f"--api {args.api!r}: expected HOST:PORT", field="--api")
+            token = read_or_create_token(args.token_file or state_dir / "api-token")
+            servers.append(ApiServer(controller, host, int(port), token))
+            if args.api_socket is not None:
+                args.api_socket.unlink(missing_ok=True)
+                servers.append(ApiServer(controller, host, 0, token, uds=str(args.api_socket)))
+            for server in servers:
+                server.start()
+        controller.run_forever()
+    finally:
+        for server in servers:
+            server.stop()
+        controller.stop()
+    return 0
+
+
+# -- the client commands ------------------------------------------------------------------------
+
+
+class ApiError(Exception):
+    pass
+
+
+def _client(args: argparse.Namespace) -> httpx.Client:
+    token = os.environ.get("OPENGATE_TOKEN")
+    if not token:
+        path: Path = args.token_file
+        try:
+            token = path.read_text().strip()
+        except OSError as error:
+            raise ConfigError(
+                f"cannot read the API token: {error.strerror} (use --token-file or "
+                "$OPENGATE_TOKEN)",
+                path=str(path),
+            ) from None
+    return httpx.Client(
+        base_url=args.api, headers={"Authorization": f"Bearer {token}"}, timeout=130.0
+    )
+
+
+def _request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
+    with _client(args) as client:
+        try:
+            response = client.request(method, path, **kwargs)
+        except httpx.HTTPError as error:
+            raise ApiError(f"cannot reach the controller at {args.api}: {error}") from None
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail", response.text)
+        except ValueError:
+            detail = response.text
+        if isinstance(detail, list):
+            detail = "; ".join(
+                f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg')}" for d in detail
+            )
+        raise ApiError(f"{response.status_code}: {detail}")
+    return response.json()
+
+
+def _client_command(args: argparse.Namespace, run: Any) -> int:
+    try:
+        run()
+    except ApiError as error:
+        print(f"opengate: error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def _table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _status(args: argparse.Namespace) -> int:
+    def run() -> None:
+        if args.hsm:
+            hsm = _request(args, "GET", "/api/v1/hsm")
+            if args.json:
+                _print_json(hsm)
+                return
+            for npm, item in sorted(hsm.items()):
+                counts = ", ".join(f"bank {b}: {n}" for b, n in sorted(item["entries"].items()))
+                print(f"{npm}: active bank {item['active_bank']} ({counts})")
+                stats = item.get("stats") or {}
+                for table in stats.get("tables", []):
+                    print(f"  {table['table']}: {table['entries']} entries, {table['bytes']} bytes")
+            return
+        data = _request(args, "GET", "/api/v1/status")
+        if args.json:
+            _print_json(data)
+            return
+        policy = data["policy"]
+        print(f"policy: version {policy['version']} ({policy['name']}, {policy['sha256'][:12]})")
+        print(f"uptime: {data['uptime_seconds']}s, election id {data['election_id']}")
+        s = data["sessions"]
+        print(
+            f"sessions: {s['active']} active, {s['installed']} installed, {s['removed']} removed, "
+            f"{s['duplicates']} duplicate requests, {s['failed']} failed"
+        )
+        _table(
+            [
+                [
+                    n,
+                    v["address"],
+                    v["role"],
+                    f"{v['tag_base']:#06x}",
+                    str(v["classifier_bank"]),
+                    str(v["sessions"]),
+                ]
+                for n, v in sorted(data["npms"].items())
+            ],
+            ["NPM", "ADDRESS", "ROLE", "TAGS", "BANK", "SESSIONS"],
+        )
+        _table(
+            [
+                [n, v["status"], str(v["weight"]), str(v["load"])]
+                for n, v in sorted(data["spms"].items())
+            ],
+            ["SPM", "STATUS", "WEIGHT", "LOAD"],
+        )
+
+    return _client_command(args, run)
+
+
+def _sessions(args: argparse.Namespace) -> int:
+    def run() -> None:
+        if args.delete is not None:
+            _print_json(_request(args, "DELETE", f"/api/v1/sessions/{args.delete}"))
+            return
+        params: dict[str, Any] = {"limit": args.limit}
+        if args.npm:
+            params["npm"] = args.npm
+        data = _request(args, "GET", "/api/v1/sessions", params=params)
+        if args.json:
+            _print_json(data)
+            return
+        rows = []
+        for s in data["sessions"]:
+            nat = ""
+            if s["nat"] != "NONE":
+                nat = f"{s['nat']} {s['nat_addr']}:{s['nat_port']}"
+            rows.append(
+                [
+                    str(s["id"]),
+                    s["npm"],
+                    _proto(s["proto"]),
+                    f"{s['src']}:{s['sport']}",
+                    f"{s['dst']}:{s['dport']}",
+                    str(s["class_id"]),
+                    str(s["spm_port"] or "-"),
+                    nat,
+                    s["state"],
+                ]
+            )
+        _table(
+            rows, ["ID", "NPM", "PROTO", "SOURCE", "DESTINATION", "CLASS", "SPM", "NAT", "STATE"]
+        )
+        print(f"({len(rows)} of {data['total']})")
+
+    return _client_command(args, run)
+
+
+def _proto(number: int) -> str:
+    return {1: "icmp", 6: "tcp", 17: "udp"}.get(number, str(number))
+
+
+def _spms(args: argparse.Namespace) -> int:
+    def run() -> None:
+        data = _request(args, "GET", "/api/v1/spms")
+        if args.json:
+            _print_json(data)
+            return
+        rows = []
+        for name, s in sorted(data["spms"].items()):
+            report = s.get("report") or {}
+            rows.append(
+                [
+                    name,
+                    str(s["port"]),
+                    s["status"],
+                    f"{s['weight']}/{s['max_weight']}",
+                    str(report.get("cpu", "-")),
+                    str(report.get("queue_depth", "-")),
+                    str(report.get("flows", "-")),
+                ]
+            )
+        _table(rows, ["SPM", "PORT", "STATUS", "WEIGHT", "CPU%", "QUEUE", "FLOWS"])
+
+    return _client_command(args, run)
+
+
+def _alerts(args: argparse.Namespace) -> int:
+    def run() -> None:
+        data = _request(args, "GET", "/api/v1/alerts", params={"limit": args.limit})
+        if args.json:
+            _print_json(data)
+            return
+        rows = [
+            [
+                str(a["id"]),
+                a["received_at"][:19],
+                a["spm"],
+                str(a["sid"]),
+                a["action"],
+                f"{a['src']}:{a['sport']} > {a['dst']}:{a['dport']}",
+                a["msg"][:60],
+            ]
+            for a in data["alerts"]
+        ]
+        _table(rows, ["ID", "RECEIVED", "SPM", "SID", "ACTION", "FLOW", "MESSAGE"])
+
+    return _client_command(args, run)
+
+
+def _policy_body(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"cannot read: {error.strerror}", path=str(path)) from None
+    return {"path": str(path.resolve()), "text": text, "source": "cli"}
+
+
+def _policy_apply(args: argparse.Namespace) -> int:
+    def run() -> None:
+        data = _request(args, "POST", "/api/v1/policy/apply", json=_policy_body(args.file))
+        if args.json:
+            _print_json(data)
+            return
+        print(f"policy version {data['version']} applied ({data['sha256'][:12]})")
+        for npm, summary in sorted(data["npms"].items()):
+            print(f"  {npm}: {json.dumps(summary, sort_keys=True)}")
+
+    return _client_command(args, run)
+
+
+def _policy_diff(args: argparse.Namespace) -> int:
+    def run() -> None:
+        data = _request(args, "POST", "/api/v1/policy/diff", json=_policy_body(args.file))
+        if args.json:
+            _print_json(data)
+            return
+        if not data["changed"]:
+            print("no change: this is the running policy")
+        sys.stdout.write(data["text_diff"])
+        for npm, summary in sorted(data["npms"].items()):
+            print(f"{npm} would write: {json.dumps(summary, sort_keys=True)}")
+
+    return _client_command(args, run)
+
+
+def _policy_show(args: argparse.Namespace) -> int:
+    def run() -> None:
+        if args.versions:
+            data = _request(args, "GET", "/api/v1/policy/versions")
+            if args.json:
+                _print_json(data)
+                return
+            _table(
+                [
+                    [
+                        str(v["version"]),
+                        v["created_at"][:19],
+                        v["status"],
+                        v["name"],
+                        v["sha256"][:12],
+                        v["source"],
+                        (v["error"] or "")[:50],
+                    ]
+                    for v in data["versions"]
+                ],
+                ["VERSION", "CREATED", "STATUS", "NAME", "SHA256", "SOURCE", "ERROR"],
+            )
+            return
+        data = _request(args, "GET", "/api/v1/policy")
+        if args.json:
+            _print_json(data)
+            return
+        print(f"# version {data['version']}: {json.dumps(data['summary'], sort_keys=True)}")
+        sys.stdout.write(data["text"])
+
+    return _client_command(args, run)
+
+
+def _policy_validate(args: argparse.Namespace) -> int:
+    policy = load_policy(args.file)
+    print(f"{args.file}: valid: {json.dumps(policy.summary(), sort_keys=True)}")
+    return 0

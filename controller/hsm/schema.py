@@ -1,0 +1,116 @@
+"""Names (as pinned in the P4Info) and widths of the classification tables the compiler fills.
+
+The P4 program (p4src/include/control/classify.p4) is the source of truth; this module repeats
+only what the compiler, the table walker and the memory model need, in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+VERSION_KEY = "version"
+RULE_NONE = 0xFFFFFFFF
+SEG_INDEX_BITS = 16
+AGG_INDEX_BITS = 32
+RULE_ID_BITS = 32
+CLASS_ID_BITS = 8
+
+CLASSIFIER_VERSION = "classifier_version"
+SET_CLASSIFIER_VERSION = "set_classifier_version"
+
+ACL_SIDE = "acl"
+IDS_SIDE = "ids"
+SIDES = (ACL_SIDE, IDS_SIDE)
+
+FIELDS = ("src", "dst", "sport", "dport", "proto")
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentTable:
+    name: str
+    field: str  # index into FIELDS
+    key: str
+    kind: str  # lpm | range | ternary
+    width: int
+    action: str
+
+
+SEGMENT_TABLES: tuple[SegmentTable, ...] = (
+    SegmentTable("sa_segment", "src", "ipv4_src", "lpm", 32, "set_sa_index"),
+    SegmentTable("da_segment", "dst", "ipv4_dst", "lpm", 32, "set_da_index"),
+    SegmentTable("sp_segment", "sport", "l4_sport", "range", 16, "set_sp_index"),
+    SegmentTable("dp_segment", "dport", "l4_dport", "range", 16, "set_dp_index"),
+    SegmentTable("proto_segment", "proto", "ip_proto", "ternary", 8, "set_proto_index"),
+)
+SEGMENT_BY_FIELD = {t.field: t for t in SEGMENT_TABLES}
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """One rule set's aggregation tables (ACL or IDS)."""
+
+    side: str
+    addr_pair: str
+    port_pair: str
+    final: str
+    addr_action: str
+    port_action: str
+
+    def seg_key(self, field: str) -> str:
+        short = {"src": "sa", "dst": "da", "sport": "sp", "dport": "dp", "proto": "proto"}[field]
+        return f"{self.side}_{short}_index"
+
+    @property
+    def addr_key(self) -> str:
+        return f"{self.side}_addr_index"
+
+    @property
+    def port_key(self) -> str:
+        return f"{self.side}_port_index"
+
+
+ACL_CHAIN = Chain(
+    ACL_SIDE, "acl_addr_pair", "acl_port_pair", "acl_verdict", "set_acl_addr_index",
+    "set_acl_port_index",
+)  # fmt: skip
+IDS_CHAIN = Chain(
+    IDS_SIDE, "ids_addr_pair", "ids_port_pair", "ids_classification", "set_ids_addr_index",
+    "set_ids_port_index",
+)  # fmt: skip
+CHAINS = {ACL_SIDE: ACL_CHAIN, IDS_SIDE: IDS_CHAIN}
+
+ACL_ACTIONS = ("acl_permit", "acl_deny", "acl_to_cpu")
+SET_IDS_CLASS = "set_ids_class"
+
+ACL_NAIVE = "acl_naive"
+IDS_NAIVE = "ids_naive"
+NAIVE_KEYS = ("ipv4_src", "ipv4_dst", "l4_sport", "l4_dport", "ip_proto")
+
+# Table sizes from p4src/include/sizes.p4. Both banks share one table, so a bank may use half.
+SEGMENT_TABLE_SIZE = 65536
+PAIR_TABLE_SIZE = 1048576
+VERDICT_TABLE_SIZE = 1048576
+CLASS_TABLE_SIZE = 256
+NAIVE_ACL_TABLE_SIZE = 16384
+
+HSM_TABLES: tuple[str, ...] = (
+    *(t.name for t in SEGMENT_TABLES),
+    ACL_CHAIN.addr_pair,
+    ACL_CHAIN.port_pair,
+    ACL_CHAIN.final,
+    IDS_CHAIN.addr_pair,
+    IDS_CHAIN.port_pair,
+    IDS_CHAIN.final,
+)
+
+
+def table_capacity(table: str) -> int:
+    if table == "proto_segment":
+        return CLASS_TABLE_SIZE
+    if table.endswith("_segment"):
+        return SEGMENT_TABLE_SIZE
+    if table in (ACL_CHAIN.final, IDS_CHAIN.final):
+        return VERDICT_TABLE_SIZE
+    if table in (ACL_NAIVE, IDS_NAIVE):
+        return NAIVE_ACL_TABLE_SIZE
+    return PAIR_TABLE_SIZE

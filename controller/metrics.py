@@ -1,0 +1,101 @@
+"""Prometheus metrics of one controller, in its own registry (so tests can run several)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    2.0,
+    5.0,
+)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.events = Counter("opengate_events", "Events dispatched", ["kind"], registry=r)
+        self.handler_errors = Counter(
+            "opengate_handler_errors", "Handlers that raised", ["kind"], registry=r
+        )
+        self.p4rt_writes = Counter("opengate_p4rt_writes", "Write RPCs", ["npm"], registry=r)
+        self.p4rt_updates = Counter(
+            "opengate_p4rt_updates", "Updates sent in Write RPCs", ["npm"], registry=r
+        )
+        self.p4rt_write_errors = Counter(
+            "opengate_p4rt_write_errors", "Updates the switch refused", ["npm"], registry=r
+        )
+        self.p4rt_write_seconds = Histogram(
+            "opengate_p4rt_write_seconds",
+            "Write RPC duration",
+            ["npm"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.sessions_active = Gauge(
+            "opengate_sessions_active", "Sessions installed", ["npm"], registry=r
+        )
+        self.sessions_installed = Counter(
+            "opengate_sessions_installed",
+            "Sessions installed (both directions)",
+            ["npm", "nat"],
+            registry=r,
+        )
+        self.sessions_removed = Counter(
+            "opengate_sessions_removed", "Sessions removed", ["npm", "reason"], registry=r
+        )
+        self.session_duplicates = Counter(
+            "opengate_session_duplicate_requests",
+            "Session requests for flows already installed or pending",
+            ["npm"],
+            registry=r,
+        )
+        self.session_failures = Counter(
+            "opengate_session_failures",
+            "Sessions that could not be installed",
+            ["npm", "why"],
+            registry=r,
+        )
+        self.setup_latency = Histogram(
+            "opengate_session_setup_seconds",
+            "From the digest or packet-in arriving to both directions installed",
+            ["npm", "source"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.nat_ports_in_use = Gauge(
+            "opengate_nat_ports_in_use", "NAT bindings held", ["npm"], registry=r
+        )
+        self.packet_ins = Counter(
+            "opengate_packet_ins", "Packet-ins by reason", ["npm", "reason"], registry=r
+        )
+        self.spm_up = Gauge("opengate_spm_up", "1 if the SPM is up", ["spm"], registry=r)
+        self.spm_weight = Gauge(
+            "opengate_spm_weight", "Selector weight of the SPM", ["spm"], registry=r
+        )
+        self.spm_cpu = Gauge("opengate_spm_cpu_percent", "Reported CPU", ["spm"], registry=r)
+        self.spm_queue = Gauge(
+            "opengate_spm_queue_depth", "Reported queue depth", ["spm"], registry=r
+        )
+        self.alerts = Counter("opengate_alerts", "SPM alerts", ["spm", "action"], registry=r)
+        self.policy_version = Gauge("opengate_policy_version", "Running policy version", registry=r)
+        self.primary = Gauge(
+            "opengate_npm_primary",
+            "1 if this controller is the NPM's primary",
+            ["npm"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,975 @@
+"""The gateway policy: one YAML file, validated on load, errors naming file, line and field.
+
+A policy says what the gateway is (ports and their roles, its addresses, the hosts it talks to
+directly), what it lets through (ACL rules, inline or a ClassBench file), what it inspects and
+where (IDS rules from a Snort rules file mapped to classes, classes to service chains, chains to
+SPM pools), how it translates (masquerade, port forwards), and how fast (meters). The reference
+of the format is in the README ("Policy file"); `controller/examples/gateway.yaml` is an example.
+
+Loading never touches a switch: `load_policy` returns a frozen `Policy` or raises `ConfigError`.
+Files the policy names (ClassBench, Snort rules) are read relative to the policy file and checked
+on load too, so that a policy that loads is one the compiler accepts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from controller.hsm.fields import ANY_PORT, PortRange, Prefix, ProtoMatch
+from controller.hsm.rules import (
+    PROTOCOL_NUMBERS,
+    AclAction,
+    AclRule,
+    IdsRule,
+    Origin,
+    parse_classbench,
+)
+from controller.hsm.snort_header import ClassMap, IdsHeaders, SnortVariables, load_ids_file
+from opengate import p4constants as pc
+from opengate import yamlconf
+from opengate.errors import ConfigError
+from opengate.yamlconf import (
+    LineDict,
+    Reader,
+    as_bool,
+    as_int,
+    as_ipv4,
+    as_ipv4_interface,
+    as_mac,
+    as_str,
+    one_of,
+)
+
+T = TypeVar("T")
+
+FORMAT_VERSION = 1
+ROLES = {"inside": pc.ROLE_INSIDE, "outside": pc.ROLE_OUTSIDE, "spm": pc.ROLE_SPM}
+FAIL_POLICIES = ("resteer", "fail_closed")
+ON_FAILURE = ("open", "closed")
+SERVICES = ("ips", "av")
+TO_CPU_ACTIONS = ("drop", "permit")
+CPU_REASONS = {"session_nat": pc.CPU_REASON_SESSION_NAT, "acl": pc.CPU_REASON_ACL}
+MAX_CLASS_ID = (1 << 8) - 1
+MAX_PORT_NUMBER = (1 << 9) - 2  # 9-bit ports; 511 is unused, 255 is the CPU port
+MAX_POOL_ID = (1 << 16) - 1
+
+
+def mac_int(text: str) -> int:
+    return int(text.replace(":", ""), 16)
+
+
+def mac_text(value: int) -> str:
+    return ":".join(f"{(value >> shift) & 0xFF:02x}" for shift in range(40, -8, -8))
+
+
+# -- the model ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PortSpec:
+    number: int
+    role: int  # p4constants ROLE_*
+    name: str
+    mac: int | None  # the gateway's MAC on this port (inside/outside ports)
+    addresses: tuple[ipaddress.IPv4Interface, ...]
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbour:
+    """A host the gateway reaches directly: no ARP resolution, the policy gives its MAC."""
+
+    name: str
+    address: ipaddress.IPv4Address
+    mac: int
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    prefix: ipaddress.IPv4Network
+    port: int
+    next_hop_mac: int
+
+
+@dataclass(frozen=True, slots=True)
+class AclRuleSpec:
+    name: str
+    rule: AclRule  # what the HSM compiler takes
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class MeterSpec:
+    """A two-rate three-colour meter in bytes: rates in bytes/s, bursts in bytes."""
+
+    name: str
+    cir: int
+    cburst: int
+    pir: int
+    pburst: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpmSpec:
+    name: str
+    port: int
+    mac: int
+    weight: int  # the weight at zero load; the CPM scales it down with the reported load
+    member_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    name: str
+    pool_id: int
+    spms: tuple[str, ...]
+    fail_policy: str  # resteer | fail_closed: what happens to flows of an SPM that goes down
+
+
+@dataclass(frozen=True, slots=True)
+class ChainSpec:
+    name: str
+    pool: str
+    services: tuple[str, ...]
+    on_failure: str  # open | closed: a new flow when no SPM of the pool is up
+
+
+@dataclass(frozen=True, slots=True)
+class ClassSpec:
+    class_id: int
+    name: str
+    chain: str | None  # None: classified (counted, metered) but not inspected
+    bypass: bool  # SPMs may offload clean flows of this class to the fast path
+    meter: str | None
+    sids: frozenset[int]
+    classtypes: frozenset[str]
+    services: frozenset[str]
+    default: bool  # IDS rules that no class claims map here
+
+
+@dataclass(frozen=True, slots=True)
+class Masquerade:
+    port: int  # egress port
+    sources: tuple[ipaddress.IPv4Network, ...]
+    address: ipaddress.IPv4Address
+
+
+@dataclass(frozen=True, slots=True)
+class PortForward:
+    address: ipaddress.IPv4Address
+    proto: int
+    port: int
+    to: ipaddress.IPv4Address
+    to_port: int
+
+
+@dataclass(frozen=True, slots=True)
+class NatSpec:
+    ports: tuple[int, int] = (1024, 65535)
+    masquerade: tuple[Masquerade, ...] = ()
+    port_forwards: tuple[PortForward, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    idle_timeout: Mapping[str, float] = field(
+        default_factory=lambda: {"tcp": 300.0, "udp": 60.0, "icmp": 30.0, "other": 60.0}
+    )
+    closing_linger: float = 2.0  # after FIN in both directions (or RST), before removal
+    acl_to_cpu: str = "drop"  # what the CPM does with packets an ACL rule sends to it
+
+    def timeout_for(self, proto: int) -> float:
+        name = {pc.IP_PROTO_TCP: "tcp", pc.IP_PROTO_UDP: "udp", pc.IP_PROTO_ICMP: "icmp"}
+        return self.idle_timeout[name.get(proto, "other")]
+
+
+@dataclass(frozen=True, slots=True)
+class SpmSettings:
+    down_after: float = 2.5  # seconds without a load report; 0 disables liveness checks
+    queue_limit: int = 4096  # queue depth that counts as fully loaded
+    min_weight_change: int = 1  # rewrite a group only when a weight moves at least this much
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    path: str
+    name: str
+    text: str
+    sha256: str  # of the policy file and every file it names
+    ports: tuple[PortSpec, ...]
+    networks: Mapping[str, tuple[ipaddress.IPv4Network, ...]]
+    neighbours: tuple[Neighbour, ...]
+    routes: tuple[Route, ...]
+    acl_default: AclAction
+    acl_rules: tuple[AclRuleSpec, ...]
+    ids_rules: tuple[IdsRule, ...]  # in matching order, each mapped to its class
+    ids_notes: tuple[str, ...]  # rules whose header the fast path cannot express as written
+    ids_file: str | None
+    classes: tuple[ClassSpec, ...]
+    chains: tuple[ChainSpec, ...]
+    pools: tuple[PoolSpec, ...]
+    spms: tuple[SpmSpec, ...]
+    nat: NatSpec
+    meters: tuple[MeterSpec, ...]
+    cpu_meters: Mapping[int, str]  # CPU reason -> meter name
+    sessions: SessionSettings
+    spm: SpmSettings
+
+    # -- lookups the controller needs ---------------------------------------------------------
+
+    def port(self, number: int) -> PortSpec | None:
+        for port in self.ports:
+            if port.number == number:
+                return port
+        return None
+
+    def spm_by_name(self, name: str) -> SpmSpec | None:
+        for spm in self.spms:
+            if spm.name == name:
+                return spm
+        return None
+
+    def spm_by_port(self, port: int) -> SpmSpec | None:
+        for spm in self.spms:
+            if spm.port == port:
+                return spm
+        return None
+
+    def class_by_id(self, class_id: int) -> ClassSpec | None:
+        for spec in self.classes:
+            if spec.class_id == class_id:
+                return spec
+        return None
+
+    def chain(self, name: str) -> ChainSpec:
+        return next(c for c in self.chains if c.name == name)
+
+    def pool(self, name: str) -> PoolSpec:
+        return next(p for p in self.pools if p.name == name)
+
+    def meter(self, name: str) -> MeterSpec:
+        return next(m for m in self.meters if m.name == name)
+
+    def pools_of_spm(self, name: str) -> tuple[PoolSpec, ...]:
+        return tuple(p for p in self.pools if name in p.spms)
+
+    def route_for(self, address: ipaddress.IPv4Address) -> Route | None:
+        """Longest-prefix match over the routes the CPM installs (neighbours and static)."""
+        best: Route | None = None
+        for route in self.routes:
+            if address in route.prefix and (
+                best is None or route.prefix.prefixlen > best.prefix.prefixlen
+            ):
+                best = route
+        return best
+
+    def masquerade_for(self, egress_port: int, source: ipaddress.IPv4Address) -> Masquerade | None:
+        best: tuple[int, Masquerade] | None = None
+        for rule in self.nat.masquerade:
+            if rule.port != egress_port:
+                continue
+            for net in rule.sources:
+                if source in net and (best is None or net.prefixlen > best[0]):
+                    best = (net.prefixlen, rule)
+        return best[1] if best else None
+
+    def port_forward_for(
+        self, address: ipaddress.IPv4Address, proto: int, port: int
+    ) -> PortForward | None:
+        for rule in self.nat.port_forwards:
+            if (rule.address, rule.proto, rule.port) == (address, proto, port):
+                return rule
+        return None
+
+    def gateway_addresses(self) -> dict[ipaddress.IPv4Address, int]:
+        """Every address the gateway answers ARP for, with the port whose MAC answers."""
+        out: dict[ipaddress.IPv4Address, int] = {}
+        for port in self.ports:
+            for iface in port.addresses:
+                out.setdefault(iface.ip, port.number)
+        for rule in self.nat.masquerade:
+            out.setdefault(rule.address, rule.port)
+        for forward in self.nat.port_forwards:
+            route = self.route_for(forward.address)
+            for port in self.ports:
+                if any(forward.address in iface.network for iface in port.addresses):
+                    out.setdefault(forward.address, port.number)
+                    break
+            else:
+                if route is not None:
+                    out.setdefault(forward.address, route.port)
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "path": self.path,
+            "sha256": self.sha256,
+            "ports": len(self.ports),
+            "neighbours": len(self.neighbours),
+            "routes": len(self.routes),
+            "acl_rules": len(self.acl_rules),
+            "acl_default": self.acl_default.value,
+            "ids_rules": len(self.ids_rules),
+            "classes": len(self.classes),
+            "chains": len(self.chains),
+            "spms": len(self.spms),
+            "masquerade": len(self.nat.masquerade),
+            "port_forwards": len(self.nat.port_forwards),
+        }
+
+
+# -- loading -----------------------------------------------------------------------------------
+
+
+def load_policy(path: str | Path, text: str | None = None) -> Policy:
+    """Read and validate a policy file. `text`: the file's content if already read (the REST API
+    receives it); files it names are still read relative to `path`."""
+    path = Path(path)
+    if text is None:
+        try:
+            text = path.read_text()
+        except OSError as error:
+            raise ConfigError(f"cannot read: {error.strerror}", path=str(path)) from None
+    data = _parse_yaml(path, text)
+    return _Loader(path, text, data).load()
+
+
+def _parse_yaml(path: Path, text: str) -> Any:
+    # opengate.yamlconf.load_yaml reads from disk; the REST API has the text, so parse it here
+    # with the same line-keeping loader.
+    try:
+        return yaml.load(text, Loader=yamlconf._Loader)
+    except ConfigError as error:
+        raise ConfigError(
+            error.message, path=str(path), line=error.line, field=error.field
+        ) from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(error, "problem", None) or str(error)
+        raise ConfigError(f"not valid YAML: {problem}", path=str(path), line=line) from None
+
+
+class _Loader:
+    def __init__(self, path: Path, text: str, data: Any) -> None:
+        self.path = path
+        self.text = text
+        self.data = data if data is not None else LineDict()
+        self.digest = hashlib.sha256(text.encode())
+        self.networks: dict[str, tuple[ipaddress.IPv4Network, ...]] = {}
+
+    def load(self) -> Policy:
+        top = Reader(self.path, self.data)
+        version = top.get("version", as_int, FORMAT_VERSION)
+        if version != FORMAT_VERSION:
+            raise top.error("version", f"policy format {version} unknown; this is {FORMAT_VERSION}")
+        name = top.get("name", as_str, "opengate")
+        self.networks = self._networks(top)
+        ports = self._ports(top)
+        neighbours = self._neighbours(top, ports)
+        routes = self._routes(top, ports, neighbours)
+        meters = self._meters(top)
+        spm = self._spm_settings(top)
+        spms, pools = self._spms(top, ports)
+        chains = self._chains(top, pools)
+        classes = self._classes(top, chains, meters)
+        cpu_meters = self._cpu_meters(top, meters)
+        acl_default, acl_rules = self._acl(top)
+        ids_file, ids_headers = self._ids(top, classes)
+        nat = self._nat(top, ports, routes)
+        sessions = self._sessions(top)
+        top.reject_unknown()
+        return Policy(
+            path=str(self.path),
+            name=name,
+            text=self.text,
+            sha256=self.digest.hexdigest(),
+            ports=ports,
+            networks=dict(self.networks),
+            neighbours=neighbours,
+            routes=routes,
+            acl_default=acl_default,
+            acl_rules=acl_rules,
+            ids_rules=ids_headers.rules,
+            ids_notes=tuple(str(n) for n in ids_headers.notes),
+            ids_file=ids_file,
+            classes=classes,
+            chains=chains,
+            pools=pools,
+            spms=spms,
+            nat=nat,
+            meters=meters,
+            cpu_meters=cpu_meters,
+            sessions=sessions,
+            spm=spm,
+        )
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _file(self, reader: Reader, key: str) -> Path:
+        name = reader.get(key, as_str)
+        target = Path(name)
+        if not target.is_absolute():
+            target = self.path.parent / target
+        try:
+            content = target.read_bytes()
+        except OSError as error:
+            raise reader.error(key, f"cannot read {target}: {error.strerror}") from None
+        self.digest.update(b"\0" + str(target).encode() + b"\0" + content)
+        return target
+
+    def _prefixes(self, value: Any) -> tuple[ipaddress.IPv4Network, ...] | None:
+        """Network names, prefixes or addresses, one or a list; None for `any`."""
+        items = value if isinstance(value, list) else [value]
+        if not items:
+            raise ValueError("an empty list matches nothing; leave the field out for any")
+        out: list[ipaddress.IPv4Network] = []
+        for item in items:
+            if not isinstance(item, str):
+                raise ValueError(f"expected a network name or prefix, got {item!r}")
+            if item == "any":
+                return None
+            if item in self.networks:
+                out.extend(self.networks[item])
+                continue
+            try:
+                out.append(ipaddress.IPv4Network(item, strict=False))
+            except ValueError:
+                known = ", ".join(sorted(self.networks)) or "none defined"
+                raise ValueError(
+                    f"{item!r} is neither a prefix nor a network name (networks: {known})"
+                ) from None
+        return tuple(out)
+
+    # -- sections ------------------------------------------------------------------------------
+
+    def _networks(self, top: Reader) -> dict[str, tuple[ipaddress.IPv4Network, ...]]:
+        out: dict[str, tuple[ipaddress.IPv4Network, ...]] = {}
+        if not top.has("networks"):
+            return out
+        section = top.sub("networks")
+        for key in list(section.data):
+            if key == "any":
+                raise section.error(key, "'any' is reserved")
+
+            def convert(value: Any) -> tuple[ipaddress.IPv4Network, ...]:
+                items = value if isinstance(value, list) else [value]
+                nets: list[ipaddress.IPv4Network] = []
+                for item in items:
+                    if isinstance(item, str) and item in out:
+                        nets.extend(out[item])
+                        continue
+                    try:
+                        nets.append(ipaddress.IPv4Network(as_str(item), strict=False))
+                    except ValueError:
+                        raise ValueError(f"not an IPv4 prefix: {item!r}") from None
+                if not nets:
+                    raise ValueError("a network needs at least one prefix")
+                return tuple(nets)
+
+            out[key] = section.get(key, convert)
+        return out
+
+    def _ports(self, top: Reader) -> tuple[PortSpec, ...]:
+        ports: list[PortSpec] = []
+        seen: set[int] = set()
+        for item in top.items("ports"):
+            number = item.get("port", as_int)
+            if not 1 <= number <= MAX_PORT_NUMBER or number == pc.CPU_PORT:
+                raise item.error(
+                    "port", f"port {number} is not 1..{MAX_PORT_NUMBER} (255 is the CPU port)"
+                )
+            if number in seen:
+                raise item.error("port", f"port {number} is listed twice")
+            seen.add(number)
+            role = item.get("role", one_of(*ROLES))
+            name = item.get("name", as_str, f"port{number}")
+            mac = _opt(item, "mac", as_mac)
+            addresses = tuple(_opt(item, "addresses", _list_of(as_ipv4_interface)) or ())
+            if role in ("inside", "outside") and mac is None:
+                raise item.error("mac", f"an {role} port needs the gateway's MAC on it")
+            if role == "spm" and addresses:
+                raise item.error("addresses", "an SPM port has no gateway addresses")
+            ports.append(
+                PortSpec(
+                    number,
+                    ROLES[role],
+                    name,
+                    mac_int(mac) if mac else None,
+                    addresses,
+                    item.line,
+                )
+            )
+            item.reject_unknown()
+        if not any(p.role == pc.ROLE_INSIDE for p in ports):
+            raise top.error("ports", "no inside port")
+        return tuple(ports)
+
+    def _neighbours(self, top: Reader, ports: Sequence[PortSpec]) -> tuple[Neighbour, ...]:
+        out: list[Neighbour] = []
+        seen: set[ipaddress.IPv4Address] = set()
+        for item in top.items("neighbours", required=False):
+            address = item.get("address", as_ipv4)
+            mac = item.get("mac", as_mac)
+            name = item.get("name", as_str, str(address))
+            if address in seen:
+                raise item.error("address", f"{address} is listed twice")
+            seen.add(address)
+            if item.has("port"):
+                port = item.get("port", as_int)
+                if not any(p.number == port for p in ports):
+                    raise item.error("port", f"port {port} is not in ports")
+            else:
+                found = [p.number for p in ports if any(address in a.network for a in p.addresses)]
+                if not found:
+                    raise item.error(
+                        "address",
+                        f"{address} is in no port's subnet; give its port with 'port:'",
+                    )
+                port = found[0]
+            out.append(Neighbour(name, address, mac_int(mac), port))
+            item.reject_unknown()
+        return tuple(out)
+
+    def _routes(
+        self, top: Reader, ports: Sequence[PortSpec], neighbours: Sequence[Neighbour]
+    ) -> tuple[Route, ...]:
+        routes = [
+            Route(ipaddress.IPv4Network(f"{n.address}/32"), n.port, n.mac) for n in neighbours
+        ]
+        by_address = {n.address: n for n in neighbours}
+        prefixes = {r.prefix for r in routes}
+        for item in top.items("routes", required=False):
+            prefix = item.get("prefix", _network)
+            via = item.get("via", as_ipv4)
+            neighbour = by_address.get(via)
+            if neighbour is None:
+                raise item.error(
+                    "via", f"next hop {via} is not a neighbour (list it under 'neighbours')"
+                )
+            if prefix in prefixes:
+                raise item.error("prefix", f"{prefix} has a route already")
+            prefixes.add(prefix)
+            routes.append(Route(prefix, neighbour.port, neighbour.mac))
+            item.reject_unknown()
+        del ports
+        return tuple(routes)
+
+    def _meters(self, top: Reader) -> tuple[MeterSpec, ...]:
+        out: list[MeterSpec] = []
+        for item in top.items("meters", required=False):
+            name = item.get("name", as_str)
+            if any(m.name == name for m in out):
+                raise item.error("name", f"meter {name!r} is defined twice")
+            cir = item.get("cir", _positive)
+            pir = item.get("pir", _positive, cir)
+            if pir < cir:
+                raise item.error("pir", f"peak rate {pir} is below the committed rate {cir}")
+            cburst = item.get("cburst", _positive)
+            pburst = item.get("pburst", _positive, cburst)
+            out.append(MeterSpec(name, cir, cburst, pir, pburst))
+            item.reject_unknown()
+        return tuple(out)
+
+    def _cpu_meters(self, top: Reader, meters: Sequence[MeterSpec]) -> dict[int, str]:
+        out: dict[int, str] = {}
+        if not top.has("cpu_meters"):
+            return out
+        section = top.sub("cpu_meters")
+        names = {m.name for m in meters}
+        for key in list(section.data):
+            if key not in CPU_REASONS:
+                raise section.error(key, f"unknown CPU reason (known: {', '.join(CPU_REASONS)})")
+            meter = section.get(key, as_str)
+            if meter not in names:
+                raise section.error(key, f"no meter named {meter!r}")
+            out[CPU_REASONS[key]] = meter
+        return out
+
+    def _spm_settings(self, top: Reader) -> SpmSettings:
+        if not top.has("spm"):
+            return SpmSettings()
+        section = top.sub("spm")
+        down_after = section.get("down_after", _non_negative_float, 2.5)
+        queue_limit = section.get("queue_limit", _positive, 4096)
+        min_change = section.get("min_weight_change", _positive, 1)
+        section.reject_unknown()
+        return SpmSettings(down_after, queue_limit, min_change)
+
+    def _spms(
+        self, top: Reader, ports: Sequence[PortSpec]
+    ) -> tuple[tuple[SpmSpec, ...], tuple[PoolSpec, ...]]:
+        spms: list[SpmSpec] = []
+        pools: list[PoolSpec] = []
+        member_ids: dict[int, str] = {}
+        spm_ports = {p.number for p in ports if p.role == pc.ROLE_SPM}
+        for pool_item in top.items("spm_pools", required=False):
+            pool_name = pool_item.get("name", as_str)
+            if any(p.name == pool_name for p in pools):
+                raise pool_item.error("name", f"pool {pool_name!r} is defined twice")
+            pool_id = pool_item.get("id", as_int, len(pools) + 1)
+            if not 1 <= pool_id <= MAX_POOL_ID or any(p.pool_id == pool_id for p in pools):
+                raise pool_item.error("id", f"pool id {pool_id} is taken or not 1..{MAX_POOL_ID}")
+            fail_policy = pool_item.get("fail_policy", one_of(*FAIL_POLICIES), "resteer")
+            names: list[str] = []
+            for item in pool_item.items("spms"):
+                name = item.get("name", as_str)
+                existing = next((s for s in spms if s.name == name), None)
+                if existing is not None and len(item.data) == 1:
+                    names.append(name)  # an SPM defined in another pool, named again
+                    item.reject_unknown()
+                    continue
+                if existing is not None:
+                    raise item.error("name", f"SPM {name!r} is defined twice")
+                port = item.get("port", as_int)
+                if port not in spm_ports:
+                    raise item.error("port", f"port {port} is not a port with role spm")
+                mac = mac_int(item.get("mac", as_mac))
+                weight = item.get("weight", _positive, 8)
+                if weight > 64:
+                    raise item.error("weight", "weights go up to 64")
+                member_id = _member_id(name)
+                if member_id in member_ids:
+                    raise item.error(
+                        "name", f"SPM names {name!r} and {member_ids[member_id]!r} collide; rename"
+                    )
+                member_ids[member_id] = name
+                spms.append(SpmSpec(name, port, mac, weight, member_id))
+                names.append(name)
+                item.reject_unknown()
+            if not names:
+                raise pool_item.error("spms", "a pool needs at least one SPM")
+            pools.append(PoolSpec(pool_name, pool_id, tuple(names), fail_policy))
+            pool_item.reject_unknown()
+        return tuple(spms), tuple(pools)
+
+    def _chains(self, top: Reader, pools: Sequence[PoolSpec]) -> tuple[ChainSpec, ...]:
+        out: list[ChainSpec] = []
+        pool_names = {p.name for p in pools}
+        for item in top.items("chains", required=False):
+            name = item.get("name", as_str)
+            if any(c.name == name for c in out):
+                raise item.error("name", f"chain {name!r} is defined twice")
+            pool = item.get("pool", as_str)
+            if pool not in pool_names:
+                raise item.error("pool", f"no SPM pool named {pool!r}")
+            services = tuple(item.get("services", _list_of(one_of(*SERVICES)), ["ips"]))
+            on_failure = item.get("on_failure", one_of(*ON_FAILURE), "open")
+            out.append(ChainSpec(name, pool, services, on_failure))
+            item.reject_unknown()
+        return tuple(out)
+
+    def _classes(
+        self, top: Reader, chains: Sequence[ChainSpec], meters: Sequence[MeterSpec]
+    ) -> tuple[ClassSpec, ...]:
+        out: list[ClassSpec] = []
+        chain_names = {c.name for c in chains}
+        meter_names = {m.name for m in meters}
+        for item in top.items("classes", required=False):
+            class_id = item.get("id", as_int)
+            if not 1 <= class_id <= MAX_CLASS_ID:
+                raise item.error("id", f"class ids are 1..{MAX_CLASS_ID} (0 is 'no class')")
+            if any(c.class_id == class_id for c in out):
+                raise item.error("id", f"class id {class_id} is used twice")
+            name = item.get("name", as_str)
+            if any(c.name == name for c in out):
+                raise item.error("name", f"class {name!r} is defined twice")
+            chain = _opt(item, "chain", as_str)
+            if chain is not None and chain not in chain_names:
+                raise item.error("chain", f"no chain named {chain!r}")
+            meter = _opt(item, "meter", as_str)
+            if meter is not None and meter not in meter_names:
+                raise item.error("meter", f"no meter named {meter!r}")
+            bypass = item.get("bypass", as_bool, False)
+            sids = frozenset(_opt(item, "sids", _list_of(as_int)) or ())
+            classtypes = frozenset(_opt(item, "classtypes", _list_of(as_str)) or ())
+            services = frozenset(_opt(item, "services", _list_of(as_str)) or ())
+            for what, mine in (("sids", sids), ("classtypes", classtypes), ("services", services)):
+                for other in out:
+                    taken = mine & getattr(other, what)
+                    if taken:
+                        raise item.error(
+                            what, f"{sorted(taken)[0]} already maps to class {other.name!r}"
+                        )
+            default = item.get("default", as_bool, False)
+            if default and any(c.default for c in out):
+                raise item.error("default", "only one class can be the default")
+            out.append(
+                ClassSpec(class_id, name, chain, bypass, meter, sids, classtypes, services, default)
+            )
+            item.reject_unknown()
+        return tuple(out)
+
+    def _acl(self, top: Reader) -> tuple[AclAction, tuple[AclRuleSpec, ...]]:
+        if not top.has("acl"):
+            return AclAction.DENY, ()
+        section = top.sub("acl")
+        default = AclAction(section.get("default", one_of("permit", "deny", "to_cpu"), "deny"))
+        rules: list[AclRuleSpec] = []
+        for index, item in enumerate(section.items("rules", required=False)):
+            name = item.get("name", as_str, f"rule{index}")
+            action = AclAction(item.get("action", one_of("permit", "deny", "to_cpu")))
+            src = _opt(item, "src", self._prefixes)
+            dst = _opt(item, "dst", self._prefixes)
+            protos = _opt(item, "proto", _protocols)
+            sport = _opt(item, "sport", _ports)
+            dport = _opt(item, "dport", _ports)
+            has_ports = sport is not None or dport is not None
+            if (
+                has_ports
+                and protos is not None
+                and not all(p.value in (pc.IP_PROTO_TCP, pc.IP_PROTO_UDP) for p in protos)
+            ):
+                raise item.error(
+                    "sport" if sport is not None else "dport", "ports need proto tcp and/or udp"
+                )
+            rule = AclRule(
+                src=_to_prefixes(src),
+                dst=_to_prefixes(dst),
+                sport=sport or ANY_PORT,
+                dport=dport or ANY_PORT,
+                proto=protos or (ProtoMatch(0, 0),),
+                action=action,
+                origin=Origin(str(self.path), item.line),
+            )
+            rules.append(AclRuleSpec(name, rule, item.line))
+            item.reject_unknown()
+        if section.has("classbench"):
+            bench = section.sub("classbench")
+            target = self._file(bench, "file")
+            action = AclAction(bench.get("action", one_of("permit", "deny", "to_cpu"), "permit"))
+            limit = _opt(bench, "limit", _positive)
+            for rule in parse_classbench(target, action, limit):
+                line = rule.origin.line if rule.origin else 0
+                rules.append(AclRuleSpec(f"{target.name}:{line}", rule, line))
+            bench.reject_unknown()
+        section.reject_unknown()
+        return default, tuple(rules)
+
+    def _ids(self, top: Reader, classes: Sequence[ClassSpec]) -> tuple[str | None, IdsHeaders]:
+        if not top.has("ids"):
+            return None, IdsHeaders((), (), 0)
+        section = top.sub("ids")
+        target = self._file(section, "rules")
+        # The policy's networks are Snort variables too ($inside); ids.variables override.
+        values: dict[str, str] = {
+            name: _snort_value([str(n) for n in nets]) for name, nets in self.networks.items()
+        }
+        if section.has("variables"):
+            var_section = section.sub("variables")
+            for key in list(var_section.data):
+                items = var_section.get(key, _str_or_list)
+                expanded: list[str] = []
+                for item in items:
+                    if item in self.networks:
+                        expanded.extend(str(n) for n in self.networks[item])
+                    else:
+                        expanded.append(item)
+                values[key] = _snort_value(expanded)
+        default = next((c.class_id for c in classes if c.default), 0)
+        class_map = ClassMap(
+            default=default,
+            by_sid={sid: c.class_id for c in classes for sid in c.sids},
+            by_service={name: c.class_id for c in classes for name in c.services},
+            by_classtype={name: c.class_id for c in classes for name in c.classtypes},
+        )
+        headers, _ = load_ids_file(
+            target,
+            variables=SnortVariables().with_values(values, str(self.path)),
+            class_map=class_map,
+        )
+        # Rules no class claims (class 0) are not classified: they must not shadow later ones.
+        kept = tuple(r for r in headers.rules if r.class_id != 0)
+        section.reject_unknown()
+        return str(target), IdsHeaders(kept, headers.notes, headers.total)
+
+    def _nat(self, top: Reader, ports: Sequence[PortSpec], routes: Sequence[Route]) -> NatSpec:
+        if not top.has("nat"):
+            return NatSpec()
+        section = top.sub("nat")
+        port_range = section.get("ports", _port_range, (1024, 65535))
+        masquerade: list[Masquerade] = []
+        for item in section.items("masquerade", required=False):
+            port = item.get("port", as_int)
+            spec = next((p for p in ports if p.number == port), None)
+            if spec is None or spec.role == pc.ROLE_SPM:
+                raise item.error("port", f"port {port} is not an inside or outside port")
+            sources = item.get("sources", self._prefixes)
+            if sources is None:
+                sources = (ipaddress.IPv4Network("0.0.0.0/0"),)
+            address = _opt(item, "address", as_ipv4)
+            if address is None:
+                if not spec.addresses:
+                    raise item.error("address", f"port {port} has no address to masquerade as")
+                address = spec.addresses[0].ip
+            masquerade.append(Masquerade(port, sources, address))
+            item.reject_unknown()
+        forwards: list[PortForward] = []
+        for item in section.items("port_forwards", required=False):
+            address = item.get("address", as_ipv4)
+            proto_name = item.get("proto", one_of("tcp", "udp"))
+            proto = PROTOCOL_NUMBERS[proto_name]
+            port = item.get("port", _port_number)
+            to = item.get("to", as_ipv4)
+            to_port = item.get("to_port", _port_number, port)
+            if any((f.address, f.proto, f.port) == (address, proto, port) for f in forwards):
+                raise item.error("port", f"{address} {proto_name}/{port} is forwarded twice")
+            if not any(to in r.prefix for r in routes):
+                raise item.error("to", f"no route to {to}: list it under 'neighbours'")
+            forwards.append(PortForward(address, proto, port, to, to_port))
+            item.reject_unknown()
+        section.reject_unknown()
+        return NatSpec(port_range, tuple(masquerade), tuple(forwards))
+
+    def _sessions(self, top: Reader) -> SessionSettings:
+        if not top.has("sessions"):
+            return SessionSettings()
+        section = top.sub("sessions")
+        timeouts = dict(SessionSettings().idle_timeout)
+        if section.has("idle_timeout"):
+            sub = section.sub("idle_timeout")
+            for key in ("tcp", "udp", "icmp", "other"):
+                if sub.has(key):
+                    timeouts[key] = sub.get(key, _positive_float)
+            sub.reject_unknown()
+        linger = section.get("closing_linger", _non_negative_float, 2.0)
+        to_cpu = section.get("acl_to_cpu", one_of(*TO_CPU_ACTIONS), "drop")
+        section.reject_unknown()
+        return SessionSettings(timeouts, linger, to_cpu)
+
+
+# -- converters --------------------------------------------------------------------------------
+
+
+def _opt(reader: Reader, key: str, convert: Callable[[Any], T]) -> T | None:
+    """An optional field: None when absent."""
+    return reader.get(key, convert) if reader.has(key) else None
+
+
+def _member_id(name: str) -> int:
+    """A stable action-profile member id per SPM name (so that policy versions agree)."""
+    return 1 + int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big") % 0x7FFFFFFE
+
+
+def _list_of(convert: Callable[[Any], Any]) -> Callable[[Any], list[Any]]:
+    def inner(value: Any) -> list[Any]:
+        if not isinstance(value, list):
+            value = [value]
+        return [convert(v) for v in value]
+
+    return inner
+
+
+def _network(value: Any) -> ipaddress.IPv4Network:
+    try:
+        return ipaddress.IPv4Network(as_str(value), strict=True)
+    except ValueError as error:
+        raise ValueError(f"not an IPv4 prefix (host bits must be zero): {error}") from None
+
+
+def _positive(value: Any) -> int:
+    number = as_int(value)
+    if number <= 0:
+        raise ValueError(f"expected a positive integer, got {number}")
+    return number
+
+
+def _positive_float(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError(f"expected a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _non_negative_float(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f"expected a number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def _port_number(value: Any) -> int:
+    number = as_int(value)
+    if not 1 <= number <= 65535:
+        raise ValueError(f"port {number} is not 1..65535")
+    return number
+
+
+def _port_range(value: Any) -> tuple[int, int]:
+    if isinstance(value, list) and len(value) == 2:
+        low, high = as_int(value[0]), as_int(value[1])
+    elif isinstance(value, str) and "-" in value:
+        left, _, right = value.partition("-")
+        if not (left.strip().isdigit() and right.strip().isdigit()):
+            raise ValueError(f"expected LOW-HIGH, got {value!r}")
+        low, high = int(left), int(right)
+    else:
+        raise ValueError(f"expected LOW-HIGH or [LOW, HIGH], got {value!r}")
+    if not 1 <= low <= high <= 65535:
+        raise ValueError(f"port range {low}-{high} is not within 1..65535 in order")
+    return low, high
+
+
+def _ports(value: Any) -> tuple[PortRange, ...] | None:
+    items = value if isinstance(value, list) else [value]
+    out: list[PortRange] = []
+    for item in items:
+        if item == "any":
+            return None
+        if isinstance(item, int) and not isinstance(item, bool):
+            low = high = item
+        elif isinstance(item, str):
+            sep = "-" if "-" in item else ":"
+            left, _, right = item.partition(sep)
+            if not left.strip().isdigit() or (right and not right.strip().isdigit()):
+                raise ValueError(f"expected a port, LOW-HIGH or any, got {item!r}")
+            low = int(left)
+            high = int(right) if right else low
+        else:
+            raise ValueError(f"expected a port, LOW-HIGH or any, got {item!r}")
+        if not 0 <= low <= high <= 65535:
+            raise ValueError(f"port range {low}-{high} is not within 0..65535 in order")
+        out.append(PortRange(low, high))
+    if not out:
+        raise ValueError("an empty list matches nothing; leave the field out for any")
+    return tuple(out)
+
+
+def _protocols(value: Any) -> tuple[ProtoMatch, ...] | None:
+    items = value if isinstance(value, list) else [value]
+    out: list[ProtoMatch] = []
+    for item in items:
+        if item in ("any", "ip"):
+            return None
+        if isinstance(item, int) and not isinstance(item, bool) and 0 <= item <= 255:
+            out.append(ProtoMatch(item))
+        elif isinstance(item, str) and item.lower() in PROTOCOL_NUMBERS:
+            out.append(ProtoMatch(PROTOCOL_NUMBERS[item.lower()]))
+        else:
+            known = ", ".join(sorted(PROTOCOL_NUMBERS))
+            raise ValueError(f"unknown protocol {item!r} (known: any, {known}, or 0..255)")
+    if not out:
+        raise ValueError("an empty list matches nothing; leave the field out for any")
+    return tuple(out)
+
+
+def _to_prefixes(nets: Sequence[ipaddress.IPv4Network] | None) -> tuple[Prefix, ...]:
+    if nets is None:
+        return (Prefix(0, 0),)
+    return tuple(Prefix(int(n.network_address), n.prefixlen) for n in nets)
+
+
+def _str_or_list(value: Any) -> list[str]:
+    items = value if isinstance(value, list) else [value]
+    return [as_str(str(v)) for v in items]
+
+
+def _snort_value(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else "[" + ",".join(items) + "]"

@@ -1,0 +1,770 @@
+"""The CPM as one long-running process: policy, NPM connections, sessions, SPMs, DB, API.
+
+Threads: one dispatcher runs every event handler (so handlers share state without locks and the
+switches see writes in event order); per NPM, a watcher that (re)connects and notices when this
+controller becomes or stops being the primary, and three stream pumps; a ticker; the REST API.
+Start-up and take-over (a standby that becomes primary) read the switch back and reconcile it
+with the policy and the DB instead of wiping it. SIGTERM stops everything gracefully and leaves
+the switch's tables as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import difflib
+import ipaddress
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from finsy.proto import p4r
+
+from controller import events as ev
+from controller.baseconfig import BaseConfig, BaseDiff, desired_base, diff_base
+from controller.classifier import (
+    ClassifierBanks,
+    UpdatePlan,
+    Write,
+    acl_rules,
+    entries_digest,
+    ids_rules,
+    rules_digest,
+    rules_key,
+    split_plan,
+)
+from controller.classifier import summary as classifier_summary
+from controller.db import Database, DbWriter
+from controller.hsm.compile import CompiledTables, TableOverflow
+from controller.metrics import Metrics
+from controller.npm import NpmAddress, NpmConnection, Pipeline
+from controller.policy import Policy, load_policy
+from controller.sessions import BLOCKED, FlowKey, Session, SessionManager
+from controller.spm_pool import SpmPool
+from opengate import p4constants as pc
+from opengate.entries import Exact, TableEntry
+from opengate.errors import ConfigError
+from opengate.p4rt import P4RuntimeError
+from opengate.target import p4_build_dir
+
+LOG = logging.getLogger(__name__)
+
+DEFAULT_ELECTION_ID = 10
+TAKEOVER_RETRY_SECONDS = 2.0
+PROTO_NAMES = {"tcp": pc.IP_PROTO_TCP, "udp": pc.IP_PROTO_UDP, "icmp": pc.IP_PROTO_ICMP}
+DROP_ACTIONS = ("drop", "block", "reject", "sdrop")
+
+
+class RequestError(Exception):
+    """A request the controller refuses, with the HTTP status the API answers with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def default_pipeline() -> Pipeline:
+    build = p4_build_dir()
+    return Pipeline(build / "opengate.p4info.txtpb", build / "opengate.json")
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerOptions:
+    npms: tuple[NpmAddress, ...]
+    policy_path: Path | None = None
+    db_url: str = "sqlite:///opengate.db"
+    election_id: int = DEFAULT_ELECTION_ID
+    state_dir: Path = Path("run")
+    pipeline: Pipeline = field(default_factory=default_pipeline)
+    tick_seconds: float = 0.25
+    connect_timeout: float = 5.0
+
+
+@dataclass(slots=True)
+class NpmState:
+    conn: NpmConnection
+    tag_base: int
+    role: str = "disconnected"  # disconnected | standby | primary | failed (retried)
+    synced: threading.Event = field(default_factory=threading.Event)
+    base: BaseConfig | None = None  # what the switch holds, as last read or written
+    classifier: ClassifierBanks = field(default_factory=ClassifierBanks)
+    rules: tuple[object, ...] | None = None  # the rule sets the active bank holds
+    last_sync: dict[str, Any] = field(default_factory=dict)
+    takeovers: int = 0
+    error: str | None = None  # why the last take-over failed
+    retry_at: float = 0.0
+
+
+@dataclass(slots=True)
+class NpmPlan:
+    """What a policy change writes to one NPM."""
+
+    compiled: CompiledTables | None
+    update: UpdatePlan | None  # None: the rules did not change, nothing compiled
+    base_diff: BaseDiff
+    desired: BaseConfig
+    flip_extra: list[TableEntry]
+    rules_digest: str
+
+    def summary(self) -> dict[str, Any]:
+        return {"base": self.base_diff.summary(), "classifier": classifier_summary(self.update)}
+
+
+class Controller:
+    def __init__(self, options: ControllerOptions) -> None:
+        self.options = options
+        self.metrics = Metrics()
+        self.db = Database(options.db_url)
+        self.db_writer = DbWriter()
+        self.bus = ev.EventBus(self.metrics)
+        self.npms: dict[str, NpmConnection] = {}
+        self.states: dict[str, NpmState] = {}
+        self.policy: Policy | None = None
+        self.policy_version: int | None = None
+        self.pending_policy_record = False
+        self.started_at = time.time()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.spms: SpmPool | None = None
+        self.sessions: SessionManager | None = None
+
+    # -- start and stop ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.db.create()
+        self.policy = self._initial_policy()
+        self.metrics.policy_version.set(self.policy_version or 0)
+        now = time.monotonic()
+        self.spms = SpmPool(self.policy, now)
+        for address in self.options.npms:
+            tag_base = self.db.tag_base_for(address.name, address.address, address.device_id)
+            conn = NpmConnection(
+                address,
+                self.options.pipeline,
+                self.options.election_id,
+                self.metrics,
+                self._stream_sink(address.name),
+            )
+            self.npms[address.name] = conn
+            self.states[address.name] = NpmState(conn, tag_base)
+        self.sessions = SessionManager(
+            self.db,
+            self.metrics,
+            self.npms,
+            self.policy,
+            self.spms,
+            self.bus.publish,
+            self.db_writer,
+        )
+        for spm in self.policy.spms:
+            self.db.upsert_spm(
+                spm.name, port=spm.port, mac=spm.mac, status="unknown", weight=spm.weight
+            )
+        self._subscribe()
+        self.bus.start()
+        for name in self.states:
+            self._spawn(self._watch, name, thread_name=f"npm-watch-{name}")
+        self._spawn(self._ticker, thread_name="cpm-ticker")
+        LOG.info(
+            "controller started: %d NPM(s), election id %d, policy %s",
+            len(self.npms),
+            self.options.election_id,
+            self.policy.name,
+        )
+
+    def _spawn(self, target: Callable[..., None], *args: Any, thread_name: str) -> None:
+        thread = threading.Thread(target=target, args=args, name=thread_name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def wait_synced(self, timeout: float) -> bool:
+        """True once every NPM this controller is primary for has been reconciled."""
+        deadline = time.monotonic() + timeout
+        for state in self.states.values():
+            if not state.synced.wait(max(0.0, deadline - time.monotonic())):
+                return False
+        return True
+
+    def stop(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self.bus.stop()
+        for conn in self.npms.values():
+            conn.close()
+        self.db_writer.stop()
+        self.db.close()
+        LOG.info("controller stopped; the switches keep their tables")
+
+    def run_forever(self) -> None:
+        self._stop.wait()
+
+    def request_stop(self) -> None:
+        """From a signal handler: make run_forever return (stop() does the rest)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    # -- policy at start ---------------------------------------------------------------------
+
+    def _initial_policy(self) -> Policy:
+        stored = self.db.active_policy()
+        path = self.options.policy_path
+        if path is not None:
+            try:
+                policy = load_policy(path)
+            except ConfigError as error:
+                if stored is None:
+                    raise
+                LOG.error("%s; keeping the running policy version %d", error, stored.version)
+                return self._stored_policy(stored.version, stored.path, stored.text)
+            if stored is not None and stored.sha256 == policy.sha256:
+                self.policy_version = stored.version
+            else:
+                self.pending_policy_record = True
+            return policy
+        if stored is None:
+            raise ConfigError("no policy: give --policy FILE (the database has none)")
+        return self._stored_policy(stored.version, stored.path, stored.text)
+
+    def _stored_policy(self, version: int, path: str, text: str) -> Policy:
+        self.policy_version = version
+        return load_policy(path, text)
+
+    # -- the stream, the watcher and the ticker ----------------------------------------------
+
+    def _stream_sink(self, npm: str) -> Callable[[str, Any], None]:
+        def sink(kind: str, item: Any) -> None:
+            received = time.perf_counter()
+            conn = self.npms[npm]
+            if kind == "digest":
+                name, records = conn.decode_digest(item)
+                if name == pc.D_SESSION_REQUEST_T:
+                    self.bus.publish(ev.SessionRequested(npm, records, received))
+                elif name == pc.D_SESSION_CLOSE_T:
+                    self.bus.publish(ev.SessionCloseSeen(npm, records))
+            elif kind == "packet_in":
+                self.bus.publish(
+                    ev.PacketIn(npm, item.payload, conn.decode_packet_in(item), received)
+                )
+            elif kind == "idle":
+                encoder_keys = tuple(
+                    self._decode_session_key(npm, entry) for entry in item.table_entry
+                )
+                self.bus.publish(ev.IdleTimeout(npm, encoder_keys))
+
+        return sink
+
+    def _decode_session_key(self, npm: str, entry: p4r.TableEntry) -> FlowKey:
+        assert self.sessions is not None
+        return self.sessions.encoder(npm).decode_key(entry)
+
+    def _watch(self, name: str) -> None:
+        state = self.states[name]
+        conn = state.conn
+        was_primary = False
+        backoff = 0.2
+        while not self._stop.is_set():
+            if not conn.is_connected:
+                if was_primary:
+                    was_primary = False
+                    self.bus.publish(ev.NpmRoleChanged(name, False))
+                try:
+                    conn.connect(timeout=self.options.connect_timeout)
+                    backoff = 0.2
+                except (ConnectionError, P4RuntimeError, OSError) as error:
+                    LOG.debug("%s: cannot connect: %s", name, error)
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, 2.0)
+                    continue
+            primary = conn.is_primary
+            if primary != was_primary or state.role == "disconnected":
+                was_primary = primary
+                self.bus.publish(ev.NpmRoleChanged(name, primary))
+            self._stop.wait(0.1)
+
+    def _ticker(self) -> None:
+        while not self._stop.wait(self.options.tick_seconds):
+            self.bus.publish(ev.Tick(time.monotonic()))
+
+    # -- handlers ----------------------------------------------------------------------------
+
+    def _subscribe(self) -> None:
+        sessions = self.sessions
+        assert sessions is not None
+        bus = self.bus
+        bus.subscribe(ev.SessionRequested, sessions.on_requests, batch=True)
+        bus.subscribe(ev.PacketIn, sessions.on_packet_ins, batch=True)
+        bus.subscribe(ev.SessionCloseSeen, sessions.on_close, batch=True)
+        bus.subscribe(ev.IdleTimeout, self._on_idle)
+        bus.subscribe(ev.Tick, self._on_tick)
+        bus.subscribe(ev.NpmRoleChanged, self._on_role)
+        bus.subscribe(ev.PolicyApplyRequested, self._on_policy_apply)
+        bus.subscribe(ev.SpmLoadReport, self._on_spm_load)
+        bus.subscribe(ev.SpmDown, self._on_spm_down)
+        bus.subscribe(ev.SpmUp, self._on_spm_up)
+        bus.subscribe(ev.AlertReceived, self._on_alert)
+        bus.subscribe(ev.BypassRequested, self._on_bypass)
+        bus.subscribe(ev.SessionDeleteRequested, self._on_session_delete)
+
+    def _on_idle(self, event: ev.IdleTimeout) -> int:
+        assert self.sessions is not None
+        if not self.npms[event.npm].is_primary:
+            return 0
+        return self.sessions.on_idle(event.npm, event.keys)
+
+    def _on_tick(self, event: ev.Tick) -> None:
+        assert self.sessions is not None and self.spms is not None
+        self.sessions.on_tick(event.now)
+        for state in self.states.values():
+            if state.role == "failed" and event.now >= state.retry_at and state.conn.is_primary:
+                state.role = "primary"
+                self._try_take_over(state)
+        if not any(s.role == "primary" for s in self.states.values()):
+            return
+        for name in self.spms.expired(event.now):
+            self._on_spm_down(ev.SpmDown(name, "no load report"))
+
+    def _on_role(self, event: ev.NpmRoleChanged) -> None:
+        state = self.states[event.npm]
+        self.metrics.primary.labels(event.npm).set(int(event.primary))
+        if not event.primary:
+            role = "standby" if state.conn.is_connected else "disconnected"
+            if state.role != role:
+                LOG.info("%s: this controller is now %s", event.npm, role)
+            state.role = role
+            if role == "standby":
+                state.synced.set()  # nothing to do until we become primary
+            return
+        if state.role == "primary":
+            return
+        LOG.info("%s: this controller is the primary; reconciling", event.npm)
+        state.role = "primary"
+        state.synced.clear()
+        self._try_take_over(state)
+
+    def _try_take_over(self, state: NpmState) -> None:
+        try:
+            self._take_over(state)
+        except Exception as error:
+            # Retried from the ticker: a switch that refused something may accept it later.
+            state.role = "failed"
+            state.error = str(error)
+            state.retry_at = time.monotonic() + TAKEOVER_RETRY_SECONDS
+            LOG.error(
+                "%s: could not take over (%s); retrying in %gs",
+                state.conn.name,
+                error,
+                TAKEOVER_RETRY_SECONDS,
+            )
+            return
+        state.error = None
+        state.synced.set()
+
+    def _take_over(self, state: NpmState) -> None:
+        """Read the switch back, reconcile it with the policy and the DB; write differences."""
+        assert self.policy is not None and self.sessions is not None
+        conn = state.conn
+        state.takeovers += 1
+        fresh = conn.ensure_pipeline()
+        conn.enable_digests()
+        state.base = conn.read_base()
+        active, entries = conn.read_classification()
+        state.classifier = ClassifierBanks(entries, active)
+        # The active bank holds this policy's rules if it is, entry for entry, what this NPM was
+        # last given for them (the numbering depends on the history: recompiling could differ).
+        recorded = self.db.classifier_state(conn.name)
+        holds = (active, rules_digest(self.policy), entries_digest(entries, active))
+        state.rules = rules_key(self.policy) if recorded == holds else None
+        plan = self._plan_npm(state, self.policy)
+        self._execute(state, plan, rules_key(self.policy))
+        report = self.sessions.reconcile(conn.name, switch_is_new=fresh)
+        state.last_sync = {
+            "at": dt.datetime.now(dt.UTC).isoformat(),
+            "pipeline_pushed": fresh,
+            "writes": plan.summary(),
+            "sessions": report.as_dict(),
+        }
+        if self.pending_policy_record:
+            self._record_policy(self.policy, "start")
+        LOG.info("%s: in sync: %s", conn.name, state.last_sync)
+
+    def _plan_npm(self, state: NpmState, policy: Policy) -> NpmPlan:
+        compiled: CompiledTables | None = None
+        update: UpdatePlan | None = None
+        if rules_key(policy) != state.rules:
+            try:
+                compiled, update = state.classifier.prepare(acl_rules(policy), ids_rules(policy))
+            except TableOverflow as overflow:
+                raise RequestError(
+                    422, f"the rules do not fit the classifier: {overflow}"
+                ) from None
+        desired = desired_base(policy, state.tag_base, self._weights_for(policy))
+        diff = diff_base(state.base or BaseConfig(), desired)
+        flip_extra: list[TableEntry] = []
+        if update is not None and update.to_version != update.from_version:
+            # The ACL default verdict is not banked: it changes in the flip's Write.
+            flip_extra = [e for e in diff.modify_entries if e.table == pc.T_ACL_VERDICT]
+            diff.modify_entries = [e for e in diff.modify_entries if e.table != pc.T_ACL_VERDICT]
+        return NpmPlan(compiled, update, diff, desired, flip_extra, rules_digest(policy))
+
+    def _weights_for(self, policy: Policy) -> dict[str, int]:
+        assert self.spms is not None
+        weights = self.spms.weights()
+        return {s.name: weights.get(s.name, s.weight) for s in policy.spms if s.name in weights}
+
+    def _execute(self, state: NpmState, plan: NpmPlan, rules: tuple[object, ...]) -> None:
+        """Idle bank, then additions to the base, then the flip, then base removals."""
+        conn = state.conn
+        pre = dataclasses.replace(
+            plan.base_diff, delete_entries=[], delete_groups=[], delete_members=[]
+        )
+        post = BaseDiff(
+            delete_entries=plan.base_diff.delete_entries,
+            delete_groups=plan.base_diff.delete_groups,
+            delete_members=plan.base_diff.delete_members,
+        )
+        body: list[tuple[Write, ...]] = []
+        flip: tuple[Write, ...] | None = None
+        if plan.update is not None:
+            body, flip = split_plan(plan.update, plan.flip_extra)
+        try:
+            for batch in body:
+                conn.write_batch(batch, "classifier (idle bank)")
+            conn.apply_base(pre)
+            if flip is not None:
+                conn.write_batch(flip, "classifier flip")
+            conn.apply_base(post)
+        except Exception:
+            # What the switch holds is no longer known exactly: read it back.
+            state.rules = None
+            self._reread(state)
+            raise
+        state.base = plan.desired
+        if plan.update is not None and plan.compiled is not None:
+            state.classifier.commit(plan.compiled, plan.update)
+            state.rules = rules
+            banks = state.classifier
+            self.db_writer.submit(
+                self.db.set_classifier_state,
+                conn.name,
+                banks.active,
+                plan.rules_digest,
+                entries_digest(banks.installed, banks.active),
+            )
+
+    def _reread(self, state: NpmState) -> None:
+        state.base = None
+        try:
+            state.base = state.conn.read_base()
+            active, entries = state.conn.read_classification()
+            state.classifier = ClassifierBanks(entries, active)
+        except (P4RuntimeError, ConnectionError) as error:
+            LOG.warning("%s: cannot read the switch back: %s", state.conn.name, error)
+
+    def _record_policy(self, policy: Policy, source: str) -> int:
+        version = self.db.add_policy_version(
+            name=policy.name,
+            path=policy.path,
+            sha256=policy.sha256,
+            text=policy.text,
+            status="applied",
+            source=source,
+            summary=policy.summary(),
+        )
+        self.policy_version = version
+        self.pending_policy_record = False
+        self.metrics.policy_version.set(version)
+        return version
+
+    def _primaries(self) -> list[NpmState]:
+        return [s for s in self.states.values() if s.role == "primary" and s.conn.is_primary]
+
+    def _on_policy_apply(self, event: ev.PolicyApplyRequested) -> dict[str, Any]:
+        assert self.spms is not None and self.sessions is not None
+        new: Policy = event.policy
+        old = self.policy
+        assert old is not None
+        self.spms.update_policy(new, time.monotonic())
+        results: dict[str, Any] = {}
+        try:
+            for state in self._primaries():
+                plan = self._plan_npm(state, new)
+                self._execute(state, plan, rules_key(new))
+                results[state.conn.name] = plan.summary()
+        except Exception as error:
+            self.db.add_policy_version(
+                name=new.name,
+                path=new.path,
+                sha256=new.sha256,
+                text=new.text,
+                status="failed",
+                source=event.source,
+                summary=new.summary(),
+                error=str(error),
+            )
+            LOG.error("policy apply failed: %s; restoring the running policy", error)
+            self.spms.update_policy(old, time.monotonic())
+            for state in self._primaries():
+                try:
+                    self._execute(state, self._plan_npm(state, old), rules_key(old))
+                except Exception as restore_error:
+                    LOG.error("%s: restoring failed too: %s", state.conn.name, restore_error)
+            raise RequestError(409, f"the switch refused the new policy: {error}") from None
+        self.policy = new
+        self.sessions.policy = new
+        version = self._record_policy(new, event.source)
+        self.bus.publish(ev.PolicyApplied(version, new.sha256, new.summary()))
+        LOG.info("policy version %d applied: %s", version, results)
+        return {"version": version, "sha256": new.sha256, "npms": results}
+
+    def diff_policy(self, new: Policy) -> dict[str, Any]:
+        """What applying `new` would write (dispatcher thread: call through bus.call)."""
+        assert self.policy is not None
+        results: dict[str, Any] = {}
+        for state in self._primaries():
+            results[state.conn.name] = self._plan_npm(state, new).summary()
+        text_diff = "".join(
+            difflib.unified_diff(
+                self.policy.text.splitlines(keepends=True),
+                new.text.splitlines(keepends=True),
+                fromfile=f"running (version {self.policy_version})",
+                tofile=new.path,
+            )
+        )
+        return {
+            "running_sha256": self.policy.sha256,
+            "new_sha256": new.sha256,
+            "changed": new.sha256 != self.policy.sha256,
+            "npms": results,
+            "text_diff": text_diff,
+        }
+
+    # -- SPMs --------------------------------------------------------------------------------
+
+    def _sync_selector(self) -> None:
+        """Write the selector groups that changed (weights, members up or down)."""
+        assert self.policy is not None
+        for state in self._primaries():
+            desired = desired_base(self.policy, state.tag_base, self._weights_for(self.policy))
+            current = state.base or BaseConfig()
+            diff = diff_base(current, desired)
+            if diff.count():
+                pre = dataclasses.replace(
+                    diff, delete_entries=[], delete_groups=[], delete_members=[]
+                )
+                state.conn.apply_base(pre)
+                state.conn.apply_base(BaseDiff(delete_entries=diff.delete_entries))
+                state.base = desired
+
+    def _on_spm_load(self, event: ev.SpmLoadReport) -> dict[str, Any]:
+        assert self.spms is not None
+        state_before = self.spms.states.get(event.spm)
+        if state_before is None:
+            raise RequestError(404, f"no SPM named {event.spm!r} in the policy")
+        was_down = state_before.status == "down"
+        try:
+            outcome = self.spms.report(event.spm, event.report, time.monotonic())
+        except ValueError as error:
+            raise RequestError(422, str(error)) from None
+        state = self.spms.states[event.spm]
+        self.metrics.spm_up.labels(event.spm).set(1)
+        self.metrics.spm_weight.labels(event.spm).set(state.weight)
+        self.metrics.spm_cpu.labels(event.spm).set(float(state.report.get("cpu", 0)))
+        self.metrics.spm_queue.labels(event.spm).set(float(state.report.get("queue_depth", 0)))
+        if outcome.weight_changed:
+            self._sync_selector()
+        self.db.upsert_spm(
+            event.spm,
+            port=state.spec.port,
+            mac=state.spec.mac,
+            status=state.status,
+            weight=state.weight,
+            report=state.report,
+            status_changed=outcome.came_up,
+        )
+        if outcome.came_up and was_down:
+            self.bus.publish(ev.SpmUp(event.spm))
+        return {"status": state.status, "weight": state.weight}
+
+    def _on_spm_down(self, event: ev.SpmDown) -> dict[str, int]:
+        assert self.spms is not None and self.sessions is not None
+        self.spms.mark_down(event.spm)
+        self.metrics.spm_up.labels(event.spm).set(0)
+        self.metrics.spm_weight.labels(event.spm).set(0)
+        self._sync_selector()
+        outcome = self.sessions.on_spm_down(event.spm)
+        state = self.spms.states.get(event.spm)
+        if state is not None:
+            self.db.upsert_spm(
+                event.spm,
+                port=state.spec.port,
+                mac=state.spec.mac,
+                status="down",
+                weight=0,
+                status_changed=True,
+            )
+        return outcome
+
+    def _on_spm_up(self, event: ev.SpmUp) -> None:
+        LOG.info("SPM %s is back; new flows may use it again", event.spm)
+
+    def _flow_key(self, flow: Mapping[str, Any]) -> FlowKey:
+        try:
+            proto_value = flow["proto"]
+            if isinstance(proto_value, str):
+                proto = PROTO_NAMES.get(proto_value.lower())
+                if proto is None:
+                    proto = int(proto_value)
+            else:
+                proto = int(proto_value)
+            return (
+                int(ipaddress.IPv4Address(str(flow["src"]))),
+                int(ipaddress.IPv4Address(str(flow["dst"]))),
+                proto,
+                int(flow.get("sport") or 0),
+                int(flow.get("dport") or 0),
+            )
+        except (KeyError, ValueError, TypeError) as error:
+            raise RequestError(422, f"flow: {error}") from None
+
+    def _find_flow(self, flow: Mapping[str, Any]) -> Session | None:
+        assert self.sessions is not None
+        return self.sessions.find_flow(self._flow_key(flow))
+
+    def _on_alert(self, event: ev.AlertReceived) -> dict[str, Any]:
+        assert self.sessions is not None
+        alert = event.alert
+        flow = alert.get("flow") or {}
+        session = self._find_flow(flow) if flow else None
+        action = str(alert.get("action", "alert")).lower()
+        self.metrics.alerts.labels(event.spm, action).inc()
+        alert_id = self.db.add_alert(
+            spm=event.spm,
+            ts=str(alert.get("ts")) if alert.get("ts") is not None else None,
+            sid=alert.get("sid"),
+            gid=alert.get("gid"),
+            rev=alert.get("rev"),
+            msg=str(alert.get("msg", "")),
+            classtype=alert.get("classtype"),
+            action=action,
+            proto=str(flow.get("proto")) if flow.get("proto") is not None else None,
+            src=flow.get("src"),
+            dst=flow.get("dst"),
+            sport=flow.get("sport"),
+            dport=flow.get("dport"),
+            community_id=alert.get("community_id"),
+            session_id=session.id if session is not None else None,
+        )
+        blocked = False
+        if action in DROP_ACTIONS and session is not None and session.state != BLOCKED:
+            self.sessions.block(session)
+            blocked = True
+            LOG.warning(
+                "SPM %s: %s (sid %s) -> session %d blocked",
+                event.spm,
+                alert.get("msg"),
+                alert.get("sid"),
+                session.id,
+                extra={"spm": event.spm},
+            )
+        return {
+            "alert": alert_id,
+            "session": session.id if session is not None else None,
+            "blocked": blocked,
+        }
+
+    def _on_bypass(self, event: ev.BypassRequested) -> dict[str, Any]:
+        assert self.sessions is not None and self.policy is not None
+        session = self._find_flow(event.flow)
+        if session is None:
+            raise RequestError(404, "no session for that flow")
+        spec = self.policy.class_by_id(session.class_id)
+        if spec is None or not spec.bypass:
+            name = spec.name if spec is not None else f"#{session.class_id}"
+            raise RequestError(409, f"class {name} does not allow bypass")
+        if session.state == BLOCKED:
+            raise RequestError(409, "the session is blocked")
+        self.sessions.bypass(session)
+        LOG.info(
+            "session %d bypassed by SPM %s after %d clean bytes",
+            session.id,
+            event.spm,
+            event.clean_bytes,
+            extra={"spm": event.spm},
+        )
+        return {"session": session.id, "bypassed": True}
+
+    def _on_session_delete(self, event: ev.SessionDeleteRequested) -> dict[str, Any]:
+        assert self.sessions is not None
+        session = self.sessions.sessions.get(event.session_id)
+        if session is None:
+            raise RequestError(404, f"no session {event.session_id}")
+        self.sessions.remove([session], event.reason)
+        return {"deleted": event.session_id}
+
+    # -- views (run on the dispatcher through bus.call) --------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        assert self.policy is not None and self.sessions is not None and self.spms is not None
+        stats = self.sessions.stats
+        return {
+            "uptime_seconds": round(time.time() - self.started_at, 1),
+            "election_id": self.options.election_id,
+            "policy": {
+                "version": self.policy_version,
+                "name": self.policy.name,
+                "sha256": self.policy.sha256,
+                "path": self.policy.path,
+            },
+            "npms": {
+                name: {
+                    "address": state.conn.address.address,
+                    "device_id": state.conn.address.device_id,
+                    "role": state.role,
+                    "error": state.error,
+                    "tag_base": state.tag_base,
+                    "tags": [state.tag_base, state.tag_base | 1],
+                    "classifier_bank": state.classifier.active,
+                    "sessions": self.sessions.count(name),
+                    "last_sync": state.last_sync,
+                }
+                for name, state in self.states.items()
+            },
+            "sessions": {
+                "active": self.sessions.count(),
+                "installed": stats.installed,
+                "removed": stats.removed,
+                "duplicates": stats.duplicates,
+                "failed": stats.failed,
+                "acl_to_cpu": stats.acl_to_cpu,
+            },
+            "spms": {name: s.as_dict() for name, s in self.spms.states.items()},
+            "events_pending": self.bus.pending,
+        }
+
+    def hsm_status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, state in self.states.items():
+            banks = state.classifier
+            compiled = banks.content.get(banks.active)
+            counts = {0: 0, 1: 0}
+            for entry in banks.installed:
+                version = entry.match_dict.get("version")
+                if isinstance(version, Exact):
+                    counts[version.value] = counts.get(version.value, 0) + 1
+            out[name] = {
+                "active_bank": banks.active,
+                "entries": counts,
+                "stats": dataclasses.asdict(compiled.stats) if compiled is not None else None,
+            }
+        return out

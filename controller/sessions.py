@@ -1,0 +1,1016 @@
+"""Sessions: both directions of a flow in the `session` table, their NAT bindings, their life.
+
+A session is created from a `session_request_t` digest (the data plane already forwarded the
+opening packet and needs no NAT) or from a packet-in (the opening packet needs NAT: the CPM
+allocates the binding, installs both directions, and re-injects the packet through the pipeline).
+Both directions carry the class and the SPM the data plane chose, so the flow stays on that SPM.
+
+Entries per session (the data plane's contract, see README "NAT and inspection"):
+
+* original direction, key = the 5-tuple as the first packet arrived, nat_before_spm = 0;
+* reply direction, key = the reverse of the original's tuple after NAT, with the inverse rewrite
+  and nat_before_spm = 1 (NAT is undone before the SPM sees the packet).
+
+Life: removed when both directions are idle (the switch's idle-timeout notifications, confirmed
+by reading `time_since_last_hit` of both entries), after FIN in both directions plus
+`sessions.closing_linger`, at once on RST, or by the API. Blocked by a drop verdict (both entries
+become `session_block`), bypassed by a clean verdict (both entries lose their SPM).
+
+Consistency: the switch is written first, the DB after, in bulk, one transaction per batch; a
+restart reconciles the two (`reconcile`). Duplicate requests for a flow (retransmitted SYNs,
+both ends opening a UDP flow at once, digests repeated by the switch) install it once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import logging
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from finsy.proto import p4r, rpc_code
+
+from controller.db import Database, DbWriter
+from controller.events import Event, SessionsInstalled, SessionsRemoved
+from controller.metrics import Metrics
+from controller.npm import NpmConnection
+from controller.policy import Policy
+from controller.spm_pool import SpmPool
+from opengate import p4constants as pc
+from opengate.p4info import P4Schema
+from opengate.p4rt import entity_of
+
+LOG = logging.getLogger(__name__)
+
+FlowKey = tuple[int, int, int, int, int]  # src, dst, proto, sport, dport (as the packet arrives)
+
+ACTIVE, CLOSING, BLOCKED, BYPASSED = "active", "closing", "blocked", "bypassed"
+FIN_ORIGINAL, FIN_REPLY = 1, 2
+RECENT_LATENCIES = 100_000
+
+
+def flow_text(key: FlowKey) -> str:
+    src, dst, proto, sport, dport = key
+    return f"{ipaddress.IPv4Address(src)}:{sport} > {ipaddress.IPv4Address(dst)}:{dport} p{proto}"
+
+
+@dataclass(slots=True, eq=False)
+class Session:
+    id: int
+    npm: str
+    key: FlowKey
+    reply: FlowKey
+    class_id: int
+    spm_port: int
+    spm_mac: int
+    nat_kind: int  # of the original direction: NAT_NONE, NAT_REWRITE_SRC (SNAT), _DST (DNAT)
+    nat_addr: int
+    nat_port: int
+    acl_rule: int
+    ingress_port: int
+    idle_timeout: float
+    created_at: dt.datetime
+    state: str = ACTIVE
+    fins: int = 0
+    close_at: float | None = None
+
+    @property
+    def steered(self) -> bool:
+        return self.state not in (BLOCKED, BYPASSED) and self.spm_port != 0
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "npm": self.npm,
+            "src": self.key[0],
+            "dst": self.key[1],
+            "proto": self.key[2],
+            "sport": self.key[3],
+            "dport": self.key[4],
+            "r_src": self.reply[0],
+            "r_dst": self.reply[1],
+            "r_sport": self.reply[3],
+            "r_dport": self.reply[4],
+            "class_id": self.class_id,
+            "spm_port": self.spm_port,
+            "spm_mac": self.spm_mac,
+            "nat_kind": self.nat_kind,
+            "nat_addr": self.nat_addr,
+            "nat_port": self.nat_port,
+            "acl_rule": self.acl_rule,
+            "ingress_port": self.ingress_port,
+            "state": self.state,
+            "idle_timeout": self.idle_timeout,
+            "created_at": self.created_at,
+        }
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Session:
+        key = (row["src"], row["dst"], row["proto"], row["sport"], row["dport"])
+        reply = (row["r_src"], row["r_dst"], row["proto"], row["r_sport"], row["r_dport"])
+        return cls(
+            id=row["id"],
+            npm=row["npm"],
+            key=key,
+            reply=reply,
+            class_id=row["class_id"],
+            spm_port=row["spm_port"],
+            spm_mac=row["spm_mac"],
+            nat_kind=row["nat_kind"],
+            nat_addr=row["nat_addr"],
+            nat_port=row["nat_port"],
+            acl_rule=row["acl_rule"],
+            ingress_port=row["ingress_port"],
+            idle_timeout=row["idle_timeout"],
+            created_at=row["created_at"],
+            state=row["state"] if row["state"] != CLOSING else ACTIVE,
+        )
+
+
+def reply_key(key: FlowKey, nat_kind: int, nat_addr: int, nat_port: int) -> FlowKey:
+    """The reply direction's key: the reverse of the original's tuple after NAT."""
+    src, dst, proto, sport, dport = key
+    if nat_kind == pc.NAT_REWRITE_SRC:
+        src, sport = nat_addr, nat_port
+    elif nat_kind == pc.NAT_REWRITE_DST:
+        dst, dport = nat_addr, nat_port
+    return (dst, src, proto, dport, sport)
+
+
+def direction_params(session: Session) -> tuple[dict[str, int] | None, dict[str, int] | None]:
+    """Action parameters of (original, reply); None: session_block."""
+    if session.state == BLOCKED:
+        return None, None
+    spm_port, spm_mac = (0, 0) if session.state == BYPASSED else (session.spm_port, session.spm_mac)
+    original = {
+        "class_id": session.class_id,
+        "spm_port": spm_port,
+        "spm_mac": spm_mac,
+        "nat_kind": session.nat_kind,
+        "nat_addr": session.nat_addr,
+        "nat_port": session.nat_port,
+        "nat_before_spm": 0,
+    }
+    reply = dict(original)
+    src, dst, _, sport, dport = session.key
+    if session.nat_kind == pc.NAT_REWRITE_SRC:
+        reply.update(nat_kind=pc.NAT_REWRITE_DST, nat_addr=src, nat_port=sport, nat_before_spm=1)
+    elif session.nat_kind == pc.NAT_REWRITE_DST:
+        reply.update(nat_kind=pc.NAT_REWRITE_SRC, nat_addr=dst, nat_port=dport, nat_before_spm=1)
+    return original, reply
+
+
+class SessionEncoder:
+    """Session entries straight to protobufs (the hot path: no name lookups per entry)."""
+
+    def __init__(self, schema: P4Schema) -> None:
+        table = schema.tables.get(pc.T_SESSION)
+        self.table_id = table.id
+        self.fields = [
+            (table.field(name).id)
+            for name in ("ipv4_src", "ipv4_dst", "ip_proto", "l4_sport", "l4_dport")
+        ]
+        forward = schema.action_of(table, pc.A_SESSION_FORWARD)
+        self.forward_id = forward.id
+        self.params = [(p.name, p.id) for p in forward.params]
+        self.block_id = schema.action_of(table, pc.A_SESSION_BLOCK).id
+        # Pre-serialized pieces for update_bytes (field numbers of p4runtime.proto).
+        self._table = b"\x08" + _varint(self.table_id)  # TableEntry.table_id
+        self._fields = [b"\x08" + _varint(f) for f in self.fields]  # FieldMatch.field_id
+        self._forward = b"\x08" + _varint(self.forward_id)  # Action.action_id
+        self._block = b"\x08" + _varint(self.block_id)
+        self._params = [(name, b"\x10" + _varint(pid)) for name, pid in self.params]
+
+    def match(self, key: FlowKey) -> p4r.TableEntry:
+        entry = p4r.TableEntry(table_id=self.table_id)
+        for field_id, value in zip(self.fields, key, strict=True):
+            entry.match.add(field_id=field_id).exact.value = _canonical(value)
+        return entry
+
+    def entry(
+        self, key: FlowKey, params: Mapping[str, int] | None, idle_timeout_ns: int
+    ) -> p4r.TableEntry:
+        entry = self.match(key)
+        action = entry.action.action
+        if params is None:
+            action.action_id = self.block_id
+        else:
+            action.action_id = self.forward_id
+            for name, param_id in self.params:
+                action.params.add(param_id=param_id, value=_canonical(params[name]))
+        entry.idle_timeout_ns = idle_timeout_ns
+        return entry
+
+    def update_bytes(
+        self, kind: int, key: FlowKey, params: Mapping[str, int] | None, idle_timeout_ns: int
+    ) -> bytes:
+        """The serialized p4r.Update of a session entry (kind INSERT or MODIFY); equal to
+        serializing `entry()`, at a fraction of the cost. DELETE: `delete_bytes`."""
+        parts = [self._table, *self._match_fields(key)]
+        if params is None:
+            action = self._block
+        else:
+            pieces = [self._forward]
+            for name, prefix in self._params:
+                data = _canonical(params[name])
+                param = prefix + b"\x1a" + _length(len(data)) + data  # Param.value
+                pieces.append(b"\x22" + _length(len(param)) + param)  # Action.params
+            action = b"".join(pieces)
+        table_action = b"\x0a" + _length(len(action)) + action  # TableAction.action
+        parts.append(b"\x1a" + _length(len(table_action)) + table_action)  # .action
+        if idle_timeout_ns:
+            parts.append(b"\x48" + _varint(idle_timeout_ns))  # TableEntry.idle_timeout_ns
+        return _wrap_update(kind, b"".join(parts))
+
+    def delete_bytes(self, key: FlowKey) -> bytes:
+        return _wrap_update(p4r.Update.DELETE, b"".join([self._table, *self._match_fields(key)]))
+
+    def _match_fields(self, key: FlowKey) -> list[bytes]:
+        out = []
+        for prefix, value in zip(self._fields, key, strict=True):
+            data = _canonical(value)
+            exact = b"\x0a" + _SMALL[len(data)] + data  # Exact.value (at most 4 bytes)
+            field = prefix + b"\x12" + _SMALL[len(exact)] + exact  # FieldMatch.exact
+            out.append(b"\x12" + _SMALL[len(field)] + field)  # TableEntry.match
+        return out
+
+    def decode_key(self, entry: p4r.TableEntry) -> FlowKey:
+        values = {m.field_id: int.from_bytes(m.exact.value, "big") for m in entry.match}
+        src, dst, proto, sport, dport = (values.get(f, 0) for f in self.fields)
+        return (src, dst, proto, sport, dport)
+
+    def decode_params(self, entry: p4r.TableEntry) -> dict[str, int] | None:
+        action = entry.action.action
+        if action.action_id == self.block_id:
+            return None
+        names = {param_id: name for name, param_id in self.params}
+        return {names[p.param_id]: int.from_bytes(p.value, "big") for p in action.params}
+
+
+def _canonical(value: int) -> bytes:
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+
+
+_SMALL = [bytes((n,)) for n in range(128)]
+
+
+def _length(value: int) -> bytes:
+    return _SMALL[value] if value < 128 else _varint(value)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _wrap_update(kind: int, table_entry: bytes) -> bytes:
+    """Update{type, entity: Entity{table_entry}} around a serialized TableEntry."""
+    entity = b"\x12" + _length(len(table_entry)) + table_entry  # Entity.table_entry
+    return b"\x08" + _SMALL[kind] + b"\x12" + _length(len(entity)) + entity
+
+
+def _update(kind: int, message: p4r.TableEntry) -> p4r.Update:
+    return p4r.Update(type=kind, entity=entity_of(message))  # type: ignore[arg-type]
+
+
+def parse_flow(frame: bytes) -> FlowKey | None:
+    """The 5-tuple of an Ethernet frame as the pipeline keys it (ICMP echo: identifier as
+    the source port of a request, the destination port of a reply)."""
+    if len(frame) < 14:
+        return None
+    offset = 12
+    ethertype = struct.unpack_from("!H", frame, offset)[0]
+    offset += 2
+    if ethertype == pc.ETHERTYPE_VLAN and len(frame) >= 18:
+        ethertype = struct.unpack_from("!H", frame, offset + 2)[0]
+        offset += 4
+    if ethertype != pc.ETHERTYPE_IPV4 or len(frame) < offset + 20:
+        return None
+    ihl = (frame[offset] & 0x0F) * 4
+    proto = frame[offset + 9]
+    src, dst = struct.unpack_from("!II", frame, offset + 12)
+    l4 = offset + ihl
+    sport = dport = 0
+    if proto in (pc.IP_PROTO_TCP, pc.IP_PROTO_UDP) and len(frame) >= l4 + 4:
+        sport, dport = struct.unpack_from("!HH", frame, l4)
+    elif proto == pc.IP_PROTO_ICMP and len(frame) >= l4 + 6:
+        icmp_type = frame[l4]
+        ident = struct.unpack_from("!H", frame, l4 + 4)[0]
+        if icmp_type == pc.ICMP_ECHO_REQUEST:
+            sport = ident
+        elif icmp_type == pc.ICMP_ECHO_REPLY:
+            dport = ident
+    return (src, dst, proto, sport, dport)
+
+
+@dataclass(slots=True)
+class _Pending:
+    session: Session
+    received_at: float
+    source: str  # digest | packet_in
+    payload: bytes | None = None
+
+
+@dataclass(slots=True)
+class ReconcileReport:
+    adopted: int = 0
+    adopted_from_switch: int = 0
+    reinstalled: int = 0
+    dropped_from_db: int = 0
+    deleted_orphans: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "adopted": self.adopted,
+            "adopted_from_switch": self.adopted_from_switch,
+            "reinstalled": self.reinstalled,
+            "dropped_from_db": self.dropped_from_db,
+            "deleted_orphans": self.deleted_orphans,
+        }
+
+
+@dataclass(slots=True)
+class SessionStats:
+    installed: int = 0
+    removed: int = 0
+    duplicates: int = 0
+    failed: int = 0
+    packet_outs: int = 0
+    acl_to_cpu: int = 0
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_LATENCIES))
+
+
+class SessionManager:
+    """Every session of every NPM. Used from the dispatcher thread only."""
+
+    def __init__(
+        self,
+        db: Database,
+        metrics: Metrics,
+        npms: Mapping[str, NpmConnection],
+        policy: Policy,
+        spms: SpmPool,
+        publish: Callable[[Event], object] | None = None,
+        store: DbWriter | None = None,
+    ) -> None:
+        self.publish = publish
+        self.store = store or DbWriter()
+        self.db = db
+        self.metrics = metrics
+        self.npms = npms
+        self.policy = policy
+        self.spms = spms
+        self.sessions: dict[int, Session] = {}
+        self.index: dict[tuple[str, FlowKey], Session] = {}
+        self.closing: dict[int, Session] = {}
+        self.per_npm: dict[str, int] = {}
+        self.nat_in_use: dict[str, int] = {}
+        self.next_id = db.max_session_id() + 1
+        self.stats = SessionStats()
+        self._encoders: dict[str, SessionEncoder] = {}
+        self._nat_cursor: dict[tuple[str, int, int], int] = {}
+
+    def encoder(self, npm: str) -> SessionEncoder:
+        encoder = self._encoders.get(npm)
+        if encoder is None:
+            encoder = self._encoders[npm] = SessionEncoder(self.npms[npm].schema)
+        return encoder
+
+    def count(self, npm: str | None = None) -> int:
+        if npm is None:
+            return len(self.sessions)
+        return self.per_npm.get(npm, 0)
+
+    def find(self, npm: str | None, key: FlowKey) -> Session | None:
+        names = [npm] if npm is not None else list(self.npms)
+        for name in names:
+            session = self.index.get((name, key))
+            if session is not None:
+                return session
+        return None
+
+    def find_flow(self, key: FlowKey) -> Session | None:
+        """The session of a flow as an SPM names it: the original direction's addresses (NAT
+        is applied after the SPM one way and undone before it the other way), either way round.
+        ICMP flows are named by type and code, not by the echo identifier: matched on addresses
+        (the oldest such session)."""
+        src, dst, proto, sport, dport = key
+        for candidate in (key, (dst, src, proto, dport, sport)):
+            session = self.find(None, candidate)
+            if session is not None:
+                return session
+        if proto == pc.IP_PROTO_ICMP:
+            for session in self.sessions.values():
+                ends = (session.key[0], session.key[1])
+                if session.key[2] == proto and ends in ((src, dst), (dst, src)):
+                    return session
+        return None
+
+    def _new_id(self) -> int:
+        value = self.next_id
+        self.next_id += 1
+        return value
+
+    def _timeout(self, proto: int) -> float:
+        return self.policy.sessions.timeout_for(proto)
+
+    # -- creation ----------------------------------------------------------------------------
+
+    def on_requests(self, events: Sequence[Any]) -> None:
+        """SessionRequested events (digests): install both directions, in one Write per NPM."""
+        pending: dict[str, list[_Pending]] = {}
+        now = dt.datetime.now(dt.UTC)
+        for event, f in ((e, record) for e in events for record in e.records):
+            key: FlowKey = (
+                f["ipv4_src"],
+                f["ipv4_dst"],
+                f["ip_proto"],
+                f["l4_sport"],
+                f["l4_dport"],
+            )
+            if self._is_duplicate(event.npm, key):
+                continue
+            session = Session(
+                id=self._new_id(),
+                npm=event.npm,
+                key=key,
+                reply=reply_key(key, pc.NAT_NONE, 0, 0),
+                class_id=f["ids_class"],
+                spm_port=f["spm_port"],
+                spm_mac=f["spm_mac"],
+                nat_kind=pc.NAT_NONE,
+                nat_addr=0,
+                nat_port=0,
+                acl_rule=f["acl_rule"],
+                ingress_port=f["ingress_port"],
+                idle_timeout=self._timeout(key[2]),
+                created_at=now,
+            )
+            self._index(session)
+            pending.setdefault(event.npm, []).append(_Pending(session, event.received_at, "digest"))
+        for npm, items in pending.items():
+            self._install(npm, items)
+
+    def on_packet_ins(self, events: Sequence[Any]) -> None:
+        """PacketIn events: NAT session set-up (and ACL to-CPU packets)."""
+        pending: dict[str, list[_Pending]] = {}
+        reinject: list[tuple[str, bytes]] = []
+        now = dt.datetime.now(dt.UTC)
+        for event in events:
+            reason = event.metadata.get("reason", 0)
+            reason_name = pc.CPU_REASON_NAMES.get(reason, str(reason))
+            self.metrics.packet_ins.labels(event.npm, reason_name).inc()
+            key = parse_flow(event.payload)
+            log = LOG.getChild("packet_in")
+            if key is None:
+                log.warning("%s: packet-in (%s) that is not IPv4; dropped", event.npm, reason_name)
+                continue
+            if reason == pc.CPU_REASON_ACL:
+                self.stats.acl_to_cpu += 1
+                rule = event.metadata.get("acl_rule", pc.RULE_NONE)
+                log.info(
+                    "%s: ACL rule %s sent %s to the CPM (%s)",
+                    event.npm,
+                    self._rule_name(rule),
+                    flow_text(key),
+                    self.policy.sessions.acl_to_cpu,
+                )
+                if self.policy.sessions.acl_to_cpu != "permit":
+                    continue
+            elif reason != pc.CPU_REASON_SESSION_NAT:
+                log.warning("%s: packet-in with unknown reason %d; dropped", event.npm, reason)
+                continue
+            existing = self.find(event.npm, key)
+            if existing is not None:
+                # A retransmission while (or after) the session was set up: just re-inject.
+                self.stats.duplicates += 1
+                self.metrics.session_duplicates.labels(event.npm).inc()
+                if existing.state != BLOCKED:
+                    reinject.append((event.npm, event.payload))
+                continue
+            session = self._nat_session(event.npm, key, event.metadata, now)
+            if session is None:
+                continue
+            self._index(session)
+            pending.setdefault(event.npm, []).append(
+                _Pending(session, event.received_at, "packet_in", event.payload)
+            )
+        for npm, items in pending.items():
+            done = self._install(npm, items)
+            reinject += [(npm, p.payload) for p in done if p.payload is not None]
+        for npm, payload in reinject:
+            self.npms[npm].packet_out(payload, submit_to_ingress=True)
+            self.stats.packet_outs += 1
+
+    def _rule_name(self, rule: int) -> str:
+        if 0 <= rule < len(self.policy.acl_rules):
+            return f"#{rule} ({self.policy.acl_rules[rule].name})"
+        return f"#{rule}"
+
+    def _is_duplicate(self, npm: str, key: FlowKey) -> bool:
+        if (npm, key) in self.index:
+            self.stats.duplicates += 1
+            self.metrics.session_duplicates.labels(npm).inc()
+            return True
+        return False
+
+    def _nat_session(
+        self, npm: str, key: FlowKey, meta: Mapping[str, int], now: dt.datetime
+    ) -> Session | None:
+        src, dst, proto, _sport, dport = key
+        policy = self.policy
+        nat_kind, nat_addr, nat_port = pc.NAT_NONE, 0, 0
+        forward = policy.port_forward_for(ipaddress.IPv4Address(dst), proto, dport)
+        if forward is not None:
+            nat_kind, nat_addr, nat_port = pc.NAT_REWRITE_DST, int(forward.to), forward.to_port
+        else:
+            route = policy.route_for(ipaddress.IPv4Address(dst))
+            rule = policy.masquerade_for(route.port, ipaddress.IPv4Address(src)) if route else None
+            if rule is not None:
+                allocated = self._allocate(npm, int(rule.address), key)
+                if allocated is None:
+                    self.stats.failed += 1
+                    self.metrics.session_failures.labels(npm, "nat_ports_exhausted").inc()
+                    LOG.warning("%s: no free NAT port for %s", npm, flow_text(key))
+                    return None
+                nat_kind, nat_addr, nat_port = pc.NAT_REWRITE_SRC, int(rule.address), allocated
+        spm_port = meta.get("spm_port", 0)
+        spm = policy.spm_by_port(spm_port) if spm_port else None
+        if spm_port and spm is None:
+            LOG.warning("%s: packet-in names SPM port %d, which the policy lacks", npm, spm_port)
+            spm_port = 0
+        return Session(
+            id=self._new_id(),
+            npm=npm,
+            key=key,
+            reply=reply_key(key, nat_kind, nat_addr, nat_port),
+            class_id=meta.get("ids_class", 0),
+            spm_port=spm_port,
+            spm_mac=spm.mac if spm is not None else 0,
+            nat_kind=nat_kind,
+            nat_addr=nat_addr,
+            nat_port=nat_port,
+            acl_rule=meta.get("acl_rule", pc.RULE_NONE),
+            ingress_port=meta.get("ingress_port", 0),
+            idle_timeout=self._timeout(proto),
+            created_at=now,
+        )
+
+    def _allocate(self, npm: str, address: int, key: FlowKey) -> int | None:
+        """A source port on `address` such that the reply key is unused (port preserved when
+        possible, like Linux masquerading); ports forwarded on that address are skipped."""
+        _src, dst, proto, sport, dport = key
+        low, high = self.policy.nat.ports
+        forwarded = {
+            f.port
+            for f in self.policy.nat.port_forwards
+            if int(f.address) == address and f.proto == proto
+        }
+
+        def free(port: int) -> bool:
+            reply = (dst, address, proto, dport, port)
+            return port not in forwarded and (npm, reply) not in self.index
+
+        if low <= sport <= high and free(sport):
+            return sport
+        span = high - low + 1
+        cursor_key = (npm, address, proto)
+        start = self._nat_cursor.get(cursor_key, 0)
+        for step in range(span):
+            port = low + (start + step) % span
+            if free(port):
+                self._nat_cursor[cursor_key] = (start + step + 1) % span
+                return port
+        return None
+
+    def _index(self, session: Session) -> None:
+        self.sessions[session.id] = session
+        self.per_npm[session.npm] = self.per_npm.get(session.npm, 0) + 1
+        self.index[(session.npm, session.key)] = session
+        self.index[(session.npm, session.reply)] = session
+        if session.nat_kind != pc.NAT_NONE:
+            self.nat_in_use[session.npm] = self.nat_in_use.get(session.npm, 0) + 1
+
+    def _unindex(self, session: Session) -> None:
+        if self.sessions.pop(session.id, None) is not None:
+            self.per_npm[session.npm] -= 1
+        self.closing.pop(session.id, None)
+        for key in (session.key, session.reply):
+            if self.index.get((session.npm, key)) is session:
+                del self.index[(session.npm, key)]
+        if session.nat_kind != pc.NAT_NONE:
+            self.nat_in_use[session.npm] = self.nat_in_use.get(session.npm, 1) - 1
+
+    def entries_of(self, session: Session) -> tuple[p4r.TableEntry, p4r.TableEntry]:
+        encoder = self.encoder(session.npm)
+        original, reply = direction_params(session)
+        timeout_ns = int(session.idle_timeout * 1e9)
+        return (
+            encoder.entry(session.key, original, timeout_ns),
+            encoder.entry(session.reply, reply, timeout_ns),
+        )
+
+    def _install(self, npm: str, items: list[_Pending]) -> list[_Pending]:
+        """INSERT both directions of every session in one Write; returns the installed ones."""
+        connection = self.npms[npm]
+        encoder = self.encoder(npm)
+        updates: list[bytes] = []
+        for item in items:
+            session = item.session
+            original, reply = direction_params(session)
+            timeout_ns = int(session.idle_timeout * 1e9)
+            updates.append(
+                encoder.update_bytes(p4r.Update.INSERT, session.key, original, timeout_ns)
+            )
+            updates.append(
+                encoder.update_bytes(p4r.Update.INSERT, session.reply, reply, timeout_ns)
+            )
+        try:
+            result = connection.write_raw(updates, "sessions")
+        except Exception:
+            for item in items:
+                self._unindex(item.session)
+            self.stats.failed += len(items)
+            self.metrics.session_failures.labels(npm, "write").inc(len(items))
+            raise
+        failed_sessions: set[int] = set()
+        failed_updates = {e.index for e in result.failed}
+        retry: list[bytes] = []
+        retry_owner: list[int] = []
+        for error in result.failed:
+            item = items[error.index // 2]
+            if error.code == rpc_code.ALREADY_EXISTS:
+                # Left on the switch from before (e.g. an earlier controller): take it over.
+                session = item.session
+                original, reply = direction_params(session)
+                key, params = (
+                    (session.key, original) if error.index % 2 == 0 else (session.reply, reply)
+                )
+                timeout_ns = int(session.idle_timeout * 1e9)
+                retry.append(encoder.update_bytes(p4r.Update.MODIFY, key, params, timeout_ns))
+                retry_owner.append(error.index // 2)
+            else:
+                failed_sessions.add(item.session.id)
+        if retry:
+            again = connection.write_raw(retry, "sessions (existing)")
+            for error in again.failed:
+                failed_sessions.add(items[retry_owner[error.index]].session.id)
+        done: list[_Pending] = []
+        cleanup: list[bytes] = []
+        for i, item in enumerate(items):
+            if item.session.id in failed_sessions:
+                self._unindex(item.session)
+                self.stats.failed += 1
+                self.metrics.session_failures.labels(npm, "refused").inc()
+                for j, key in ((2 * i, item.session.key), (2 * i + 1, item.session.reply)):
+                    if j not in failed_updates:
+                        cleanup.append(encoder.delete_bytes(key))
+                continue
+            done.append(item)
+        if cleanup:
+            connection.write_raw(cleanup, "sessions (cleanup)")
+        self.store.submit(self.db.insert_sessions, [item.session.row() for item in done])
+        finished = time.perf_counter()
+        latency_metric = self.metrics.setup_latency
+        for item in done:
+            latency = finished - item.received_at
+            self.stats.latencies.append(latency)
+            latency_metric.labels(npm, item.source).observe(latency)
+        nat = sum(1 for item in done if item.session.nat_kind != pc.NAT_NONE)
+        self.metrics.sessions_installed.labels(npm, "nat").inc(nat)
+        self.metrics.sessions_installed.labels(npm, "none").inc(len(done) - nat)
+        self.stats.installed += len(done)
+        self._update_gauges(npm)
+        if self.publish is not None and done:
+            self.publish(SessionsInstalled(npm, tuple(i.session.key for i in done), finished))
+        return done
+
+    def _update_gauges(self, npm: str) -> None:
+        self.metrics.sessions_active.labels(npm).set(self.count(npm))
+        self.metrics.nat_ports_in_use.labels(npm).set(self.nat_in_use.get(npm, 0))
+
+    # -- removal and changes -----------------------------------------------------------------
+
+    def remove(self, sessions: Iterable[Session], reason: str) -> int:
+        by_npm: dict[str, list[Session]] = {}
+        for session in sessions:
+            if session.id in self.sessions:
+                by_npm.setdefault(session.npm, []).append(session)
+        removed = 0
+        for npm, items in by_npm.items():
+            connection = self.npms.get(npm)
+            if connection is not None and connection.is_primary:
+                encoder = self.encoder(npm)
+                deletes = [encoder.delete_bytes(key) for s in items for key in (s.key, s.reply)]
+                result = connection.write_raw(deletes, f"remove sessions ({reason})")
+                for error in result.failed:
+                    if error.code != rpc_code.NOT_FOUND:
+                        LOG.warning("%s: could not delete a session entry: %s", npm, error.message)
+            for session in items:
+                self._unindex(session)
+            self.store.submit(self.db.delete_sessions, [s.id for s in items])
+            self.metrics.sessions_removed.labels(npm, reason).inc(len(items))
+            if self.publish is not None:
+                self.publish(SessionsRemoved(npm, tuple(s.key for s in items), reason))
+            removed += len(items)
+            self._update_gauges(npm)
+        self.stats.removed += removed
+        return removed
+
+    def rewrite(self, sessions: Iterable[Session], what: str) -> int:
+        """MODIFY both entries of each session to its current state (block, bypass, SPM)."""
+        by_npm: dict[str, list[Session]] = {}
+        for session in sessions:
+            by_npm.setdefault(session.npm, []).append(session)
+        changed = 0
+        for npm, items in by_npm.items():
+            connection = self.npms[npm]
+            encoder = self.encoder(npm)
+            updates = []
+            for s in items:
+                original, reply = direction_params(s)
+                timeout_ns = int(s.idle_timeout * 1e9)
+                updates.append(encoder.update_bytes(p4r.Update.MODIFY, s.key, original, timeout_ns))
+                updates.append(encoder.update_bytes(p4r.Update.MODIFY, s.reply, reply, timeout_ns))
+            result = connection.write_raw(updates, what)
+            gone = {items[e.index // 2].id for e in result.failed if e.code == rpc_code.NOT_FOUND}
+            if gone:
+                self.remove([s for s in items if s.id in gone], "gone")
+            ok = [s for s in items if s.id not in gone]
+            self.store.submit(
+                self.db.update_sessions,
+                [
+                    {"id": s.id, "state": s.state, "spm_port": s.spm_port, "spm_mac": s.spm_mac}
+                    for s in ok
+                ],
+            )
+            changed += len(ok)
+        return changed
+
+    def on_close(self, events: Sequence[Any]) -> None:
+        """SessionCloseSeen events: RST removes at once, FIN both ways after the linger."""
+        now = time.monotonic()
+        remove_now: list[Session] = []
+        linger = self.policy.sessions.closing_linger
+        for event, f in ((e, record) for e in events for record in e.records):
+            key: FlowKey = (
+                f["ipv4_src"],
+                f["ipv4_dst"],
+                f["ip_proto"],
+                f["l4_sport"],
+                f["l4_dport"],
+            )
+            session = self.index.get((event.npm, key))
+            if session is None or session.state == BLOCKED:
+                continue
+            flags = f.get("tcp_flags", 0)
+            if flags & pc.TCP_FLAG_RST:
+                remove_now.append(session)
+                continue
+            if flags & pc.TCP_FLAG_FIN:
+                session.fins |= FIN_ORIGINAL if key == session.key else FIN_REPLY
+                if session.fins == FIN_ORIGINAL | FIN_REPLY and session.close_at is None:
+                    session.close_at = now + linger
+                    if session.state == ACTIVE:
+                        session.state = CLOSING
+                    self.closing[session.id] = session
+        if remove_now:
+            self.remove(dict.fromkeys(remove_now), "rst")
+        if linger == 0:
+            self.on_tick(now)
+
+    def on_tick(self, now: float) -> None:
+        due = [s for s in self.closing.values() if s.close_at is not None and s.close_at <= now]
+        if due:
+            self.remove(due, "fin")
+
+    def on_idle(self, npm: str, keys: Iterable[FlowKey]) -> int:
+        """Idle entries reported: remove the sessions whose both directions are idle."""
+        candidates: dict[int, Session] = {}
+        for key in keys:
+            session = self.index.get((npm, key))
+            if session is not None:
+                candidates[session.id] = session
+        if not candidates:
+            return 0
+        connection = self.npms[npm]
+        encoder = self.encoder(npm)
+        queries = []
+        for session in candidates.values():
+            for key in (session.key, session.reply):
+                query = encoder.match(key)
+                query.time_since_last_hit.SetInParent()
+                queries.append(p4r.Entity(table_entry=query))
+        elapsed: dict[FlowKey, float | None] = {}
+        for entity in connection.read(queries):
+            entry = entity.table_entry
+            seen = entry.HasField("time_since_last_hit")
+            elapsed[encoder.decode_key(entry)] = (
+                entry.time_since_last_hit.elapsed_ns / 1e9 if seen else None
+            )
+        idle: list[Session] = []
+        for session in candidates.values():
+            ages = [elapsed.get(session.key), elapsed.get(session.reply)]
+            present = [k in elapsed for k in (session.key, session.reply)]
+            # Unknown age (target does not report it) or entry gone: trust the notification.
+            if all(
+                not here or age is None or age >= session.idle_timeout * 0.9
+                for here, age in zip(present, ages, strict=True)
+            ):
+                idle.append(session)
+        return self.remove(idle, "idle")
+
+    # -- verdicts ----------------------------------------------------------------------------
+
+    def block(self, session: Session) -> None:
+        if session.state == BLOCKED:
+            return
+        session.state = BLOCKED
+        self.closing.pop(session.id, None)
+        self.rewrite([session], "block session")
+
+    def bypass(self, session: Session) -> None:
+        session.state = BYPASSED
+        self.rewrite([session], "bypass session")
+
+    def on_spm_down(self, spm_name: str) -> dict[str, int]:
+        """Flows pinned to a dead SPM follow their pool's fail policy."""
+        spec = next((s for s in self.policy.spms if s.name == spm_name), None)
+        if spec is None:
+            return {}
+        moved: list[Session] = []
+        outcome = {"resteered": 0, "blocked": 0, "uninspected": 0}
+        for session in self.sessions.values():
+            if not session.steered or session.spm_port != spec.port:
+                continue
+            if session.spm_mac != spec.mac:
+                continue
+            pool, on_failure = self._pool_of(session.class_id)
+            target = None
+            if pool is not None and pool.fail_policy == "resteer":
+                target = self.spms.choose(pool.name, session.key)
+            if target is not None:
+                session.spm_port, session.spm_mac = target.port, target.mac
+                outcome["resteered"] += 1
+            elif pool is not None and (pool.fail_policy == "fail_closed" or on_failure == "closed"):
+                session.state = BLOCKED
+                outcome["blocked"] += 1
+            else:
+                session.spm_port, session.spm_mac = 0, 0
+                outcome["uninspected"] += 1
+            moved.append(session)
+        if moved:
+            self.rewrite(moved, f"SPM {spm_name} down")
+        LOG.warning("SPM %s down: flows %s", spm_name, outcome, extra={"spm": spm_name})
+        return outcome
+
+    def _pool_of(self, class_id: int) -> tuple[Any, str]:
+        spec = self.policy.class_by_id(class_id)
+        if spec is None or spec.chain is None:
+            return None, "open"
+        chain = self.policy.chain(spec.chain)
+        return self.policy.pool(chain.pool), chain.on_failure
+
+    # -- restart -----------------------------------------------------------------------------
+
+    def forget_npm(self, npm: str) -> None:
+        for session in [s for s in self.sessions.values() if s.npm == npm]:
+            self._unindex(session)
+
+    def reconcile(self, npm: str, switch_is_new: bool) -> ReconcileReport:
+        """Make memory, DB and the switch's session table agree, without wiping anything.
+
+        * DB session with both entries on the switch: adopted.
+        * DB session with one or no entry: reinstalled when the switch is new (it restarted),
+          else (the entries aged out while no controller listened) dropped from the DB.
+        * Switch entries no DB session claims: paired by their keys and adopted if both
+          directions are there and agree, else deleted.
+        """
+        report = ReconcileReport()
+        self.store.flush()
+        self.forget_npm(npm)
+        self.next_id = max(self.next_id, self.db.max_session_id() + 1)
+        connection = self.npms[npm]
+        encoder = self.encoder(npm)
+        on_switch: dict[FlowKey, p4r.TableEntry] = {}
+        query = p4r.Entity(table_entry=p4r.TableEntry(table_id=encoder.table_id))
+        for entity in connection.read([query]):
+            on_switch[encoder.decode_key(entity.table_entry)] = entity.table_entry
+        claimed: set[FlowKey] = set()
+        reinstall: list[Session] = []
+        drop_ids: list[int] = []
+        for row in self.db.sessions(npm=npm):
+            session = Session.from_row(row)
+            here = [k in on_switch for k in (session.key, session.reply)]
+            if all(here):
+                self._index(session)
+                claimed.update((session.key, session.reply))
+                report.adopted += 1
+            elif switch_is_new or any(here):
+                self._index(session)
+                claimed.update(k for k in (session.key, session.reply) if k in on_switch)
+                reinstall.append(session)
+            else:
+                drop_ids.append(session.id)
+        self.db.delete_sessions(drop_ids)
+        report.dropped_from_db = len(drop_ids)
+        if reinstall:
+            updates = []
+            for session in reinstall:
+                for key, entry in zip(
+                    (session.key, session.reply), self.entries_of(session), strict=True
+                ):
+                    kind = p4r.Update.MODIFY if key in on_switch else p4r.Update.INSERT
+                    updates.append(_update(kind, entry))
+            connection.write_checked(updates, "reinstall sessions")
+            report.reinstalled = len(reinstall)
+        # Entries nobody claims: pair them up.
+        adopted: list[Session] = []
+        orphans: list[FlowKey] = []
+        now = dt.datetime.now(dt.UTC)
+        for key, entry in on_switch.items():
+            if key in claimed:
+                continue
+            params = encoder.decode_params(entry)
+            partner, original = _partner(key, params)
+            other = on_switch.get(partner)
+            if other is None or partner in claimed:
+                orphans.append(key)
+                continue
+            other_params = encoder.decode_params(other)
+            if (params is None) != (other_params is None):
+                orphans.append(key)
+                continue
+            orig_key, orig_params = (key, params) if original else (partner, other_params)
+            session = _session_from_entries(
+                self._new_id(), npm, orig_key, orig_params, entry.idle_timeout_ns, now
+            )
+            if session.reply != (partner if original else key):
+                orphans.append(key)
+                continue
+            claimed.update((key, partner))
+            self._index(session)
+            adopted.append(session)
+        if orphans:
+            connection.write(
+                [_update(p4r.Update.DELETE, encoder.match(k)) for k in orphans], "orphan entries"
+            )
+        self.db.insert_sessions([s.row() for s in adopted])
+        report.adopted_from_switch = len(adopted)
+        report.deleted_orphans = len(orphans)
+        self._update_gauges(npm)
+        LOG.info("%s: sessions reconciled: %s", npm, report.as_dict())
+        return report
+
+
+def _partner(key: FlowKey, params: Mapping[str, int] | None) -> tuple[FlowKey, bool]:
+    """The other direction's key, and whether `key` is the original direction."""
+    if params is None or params["nat_kind"] == pc.NAT_NONE:
+        src, dst, proto, sport, dport = key
+        return (dst, src, proto, dport, sport), True
+    if params["nat_before_spm"] == 0:
+        return reply_key(key, params["nat_kind"], params["nat_addr"], params["nat_port"]), True
+    # A reply entry: its rewrite restores the original's addresses.
+    src, dst, proto, sport, dport = key
+    if params["nat_kind"] == pc.NAT_REWRITE_DST:  # reply of an SNAT session
+        return (params["nat_addr"], src, proto, params["nat_port"], sport), False
+    return (dst, params["nat_addr"], proto, dport, params["nat_port"]), False  # reply of DNAT
+
+
+def _session_from_entries(
+    session_id: int,
+    npm: str,
+    key: FlowKey,
+    params: Mapping[str, int] | None,
+    idle_timeout_ns: int,
+    now: dt.datetime,
+) -> Session:
+    p = params or {}
+    nat_kind = p.get("nat_kind", pc.NAT_NONE)
+    nat_addr, nat_port = p.get("nat_addr", 0), p.get("nat_port", 0)
+    return Session(
+        id=session_id,
+        npm=npm,
+        key=key,
+        reply=reply_key(key, nat_kind, nat_addr, nat_port),
+        class_id=p.get("class_id", 0),
+        spm_port=p.get("spm_port", 0),
+        spm_mac=p.get("spm_mac", 0),
+        nat_kind=nat_kind,
+        nat_addr=nat_addr,
+        nat_port=nat_port,
+        acl_rule=pc.RULE_NONE,
+        ingress_port=0,
+        idle_timeout=idle_timeout_ns / 1e9 if idle_timeout_ns else 60.0,
+        created_at=now,
+        state=BLOCKED if params is None else ACTIVE,
+    )

@@ -1,0 +1,86 @@
+"""Fixtures for the controller tests: the in-process fake switch, a lab policy in a temporary
+folder, and controllers that are always stopped."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.fakeswitch import FakeP4RuntimeServer
+from controller.npm import NpmAddress
+from controller.runtime import Controller, ControllerOptions
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def wait_until(what: str, condition: Callable[[], Any], timeout: float = 5.0) -> Any:
+    """Poll `condition` until it is truthy; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeP4RuntimeServer]:
+    with FakeP4RuntimeServer() as server:
+        yield server
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Path:
+    """The lab policy and its rules file, copied where a test may change them."""
+    folder = tmp_path / "policy"
+    folder.mkdir()
+    for name in ("lab.yaml", "lab.rules"):
+        shutil.copy(DATA / name, folder / name)
+    return folder / "lab.yaml"
+
+
+ControllerFactory = Callable[..., Controller]
+
+
+@pytest.fixture
+def make_controller(tmp_path: Path, lab: Path) -> Iterator[ControllerFactory]:
+    started: list[Controller] = []
+
+    def make(
+        *servers: FakeP4RuntimeServer | str,
+        policy: Path | None = lab,
+        db_url: str | None = None,
+        election_id: int = 10,
+        wait: bool = True,
+        tick: float = 0.05,
+    ) -> Controller:
+        npms = tuple(
+            NpmAddress(f"npm{i + 1}", s if isinstance(s, str) else s.address, 1)
+            for i, s in enumerate(servers)
+        )
+        options = ControllerOptions(
+            npms=npms,
+            policy_path=policy,
+            db_url=db_url or f"sqlite:///{tmp_path / 'cpm.db'}",
+            election_id=election_id,
+            state_dir=tmp_path,
+            tick_seconds=tick,
+            connect_timeout=5.0,
+        )
+        controller = Controller(options)
+        started.append(controller)
+        controller.start()
+        if wait:
+            assert controller.wait_synced(20), "the controller did not reconcile in time"
+        return controller
+
+    yield make
+    for controller in reversed(started):
+        controller.stop()

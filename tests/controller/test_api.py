@@ -1,0 +1,254 @@
+"""The REST API and the CLI client commands: nothing answers without the token, bad requests
+get a 4xx with a message, the SPM endpoints drive blocks and bypasses, policies apply."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from controller.api import ApiServer
+from controller.cli import register
+from controller.fakeswitch import FakeP4RuntimeServer
+from controller.runtime import Controller
+from opengate import p4constants as pc
+from opengate.errors import ConfigError
+from tests.controller.conftest import ControllerFactory, wait_until
+from tests.controller.flows import H1, H2, OUT1, SPM1_MAC, key, request
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture
+def served(
+    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+) -> Iterator[tuple[Controller, httpx.Client]]:
+    controller = make_controller(fake)
+    api = ApiServer(controller, "127.0.0.1", 0, TOKEN)
+    api.start()
+    try:
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{api.port}",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=30,
+        ) as client:
+            yield controller, client
+    finally:
+        api.stop()
+
+
+def test_nothing_answers_without_the_token(served: tuple[Controller, httpx.Client]) -> None:
+    controller, client = served
+    base = str(client.base_url)
+    paths = [
+        "/openapi.json",
+        "/docs",
+        "/metrics",
+        "/api/v1/status",
+        "/api/v1/sessions",
+        "/api/v1/spms",
+        "/api/v1/policy",
+        "/api/v1/nowhere",
+    ]
+    with httpx.Client(base_url=base, timeout=10) as anonymous:
+        for path in paths:
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+                response = anonymous.get(path, headers=headers)
+                assert response.status_code == 401, path
+                assert response.json() == {"detail": "missing or wrong bearer token"}
+        response = anonymous.post("/api/v1/spm/spm1/load", json={"cpu": 1, "queue_depth": 0})
+        assert response.status_code == 401
+    del controller
+
+
+def test_openapi_schema_documents_the_api(served: tuple[Controller, httpx.Client]) -> None:
+    _, client = served
+    schema = client.get("/openapi.json").json()
+    assert {
+        "/api/v1/status",
+        "/api/v1/policy/apply",
+        "/api/v1/spm/{name}/load",
+        "/api/v1/spm/{name}/bypass",
+        "/metrics",
+    } <= set(schema["paths"])
+    assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+
+def test_load_reports_are_validated(served: tuple[Controller, httpx.Client]) -> None:
+    _, client = served
+    ok = {
+        "ts": 1.0,
+        "cpu": 50,
+        "queue_depth": 0,
+        "pps": 1,
+        "bps": 2,
+        "mem_bytes": 3,
+        "workers": 1,
+        "flows": 4,
+    }
+    assert client.post("/api/v1/spm/spm1/load", json=ok).json() == {"status": "up", "weight": 4}
+    missing = client.post("/api/v1/spm/spm9/load", json=ok)
+    assert (missing.status_code, missing.json()["detail"]) == (
+        404,
+        "no SPM named 'spm9' in the policy",
+    )
+    bad = client.post("/api/v1/spm/spm1/load", json={**ok, "cpu": -1})
+    assert bad.status_code == 422
+    assert bad.json()["detail"][0]["loc"] == ["body", "cpu"]
+    too_much = client.post("/api/v1/spm/spm1/load", json={**ok, "cpu": 500})
+    assert (too_much.status_code, too_much.json()["detail"]) == (
+        422,
+        "cpu is a percentage, got 500.0",
+    )
+    spms = client.get("/api/v1/spms").json()["spms"]
+    assert spms["spm1"]["report"]["flows"] == 4
+    metrics = client.get("/metrics").text
+    assert 'opengate_spm_weight{spm="spm1"} 4.0' in metrics
+
+
+def test_drop_alert_blocks_the_flow_and_is_stored(
+    served: tuple[Controller, httpx.Client], fake: FakeP4RuntimeServer
+) -> None:
+    controller, client = served
+    flow = key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 80)
+    fake.inject_digest(
+        pc.D_SESSION_REQUEST_T, [request(flow, ids_class=1, spm_port=3, spm_mac=SPM1_MAC)]
+    )
+    wait_until("the session", lambda: len(fake.table_entries(pc.T_SESSION)) == 2)
+    alert = {
+        "ts": "2026-01-01T00:00:00Z",
+        "sid": 1000001,
+        "gid": 1,
+        "rev": 1,
+        "msg": "OPENGATE example outbound web",
+        "classtype": "policy-violation",
+        "action": "drop",
+        "community_id": "1:abc",
+        # The reply direction, as an SPM may report it: the same flow.
+        "flow": {"proto": "tcp", "src": OUT1, "dst": H1, "sport": 80, "dport": 40000},
+    }
+    result = client.post("/api/v1/spm/spm1/alerts", json=alert).json()
+    assert result["blocked"] is True
+    schema = controller.npms["npm1"].schema
+    actions = {
+        schema.actions.get_id(e.action.action.action_id).name
+        for e in fake.table_entries(pc.T_SESSION)
+    }
+    assert actions == {pc.A_SESSION_BLOCK}
+    (stored,) = client.get("/api/v1/alerts").json()["alerts"]
+    assert (stored["sid"], stored["action"], stored["session_id"]) == (
+        1000001,
+        "drop",
+        result["session"],
+    )
+    sessions = client.get("/api/v1/sessions").json()["sessions"]
+    assert sessions[0]["state"] == "blocked"
+
+
+def test_bypass_follows_the_class(
+    served: tuple[Controller, httpx.Client], fake: FakeP4RuntimeServer
+) -> None:
+    _, client = served
+    bulk = key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 5201)  # class 2 allows bypass
+    web = key(H2, OUT1, pc.IP_PROTO_TCP, 40001, 80)  # class 1 does not
+    fake.inject_digest(
+        pc.D_SESSION_REQUEST_T,
+        [
+            request(bulk, ids_class=2, spm_port=3, spm_mac=SPM1_MAC),
+            request(web, ids_class=1, spm_port=3, spm_mac=SPM1_MAC),
+        ],
+    )
+    wait_until("the sessions", lambda: len(fake.table_entries(pc.T_SESSION)) == 4)
+
+    def flow(k: tuple[int, int, int, int, int], src: str, dst: str) -> dict[str, object]:
+        return {"proto": 6, "src": src, "dst": dst, "sport": k[3], "dport": k[4]}
+
+    ok = client.post(
+        "/api/v1/spm/spm1/bypass", json={"flow": flow(bulk, H1, OUT1), "clean_bytes": 10**6}
+    )
+    assert ok.json()["bypassed"] is True
+    refused = client.post("/api/v1/spm/spm1/bypass", json={"flow": flow(web, H2, OUT1)})
+    assert (refused.status_code, refused.json()["detail"]) == (
+        409,
+        "class web does not allow bypass",
+    )
+    unknown = client.post(
+        "/api/v1/spm/spm1/bypass", json={"flow": {"proto": "tcp", "src": H1, "dst": H2}}
+    )
+    assert unknown.status_code == 404
+    malformed = client.post(
+        "/api/v1/spm/spm1/bypass", json={"flow": {"proto": "tcp", "src": "nowhere", "dst": H2}}
+    )
+    assert malformed.status_code == 422
+    states = {
+        s["sport"]: (s["state"], s["spm_port"])
+        for s in client.get("/api/v1/sessions").json()["sessions"]
+    }
+    assert states == {40000: ("bypassed", 3), 40001: ("active", 3)}
+
+
+def test_policy_apply_over_the_api(served: tuple[Controller, httpx.Client], lab: Path) -> None:
+    controller, client = served
+    broken = lab.read_text().replace("role: outside", "role: outsid")
+    response = client.post("/api/v1/policy/apply", json={"path": str(lab), "text": broken})
+    assert response.status_code == 422
+    body = response.json()
+    assert (body["path"], body["field"]) == (str(lab), "ports[1].role")
+    assert body["line"] == 11  # the line of "role: outside" in lab.yaml
+    assert controller.policy_version == 1
+    changed = lab.read_text().replace("closing_linger: 0.2", "closing_linger: 1")
+    diff = client.post("/api/v1/policy/diff", json={"path": str(lab), "text": changed}).json()
+    assert diff["changed"] is True and "+  closing_linger: 1" in diff["text_diff"]
+    applied = client.post("/api/v1/policy/apply", json={"path": str(lab), "text": changed})
+    assert applied.json()["version"] == 2
+    versions = client.get("/api/v1/policy/versions").json()["versions"]
+    assert [(v["version"], v["status"]) for v in versions] == [(2, "applied"), (1, "superseded")]
+
+
+def _cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="opengate")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(argv)
+    result: int = args.handler(args)
+    return result
+
+
+def test_cli_client_commands(
+    served: tuple[Controller, httpx.Client],
+    fake: FakeP4RuntimeServer,
+    lab: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, client = served
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    common = ["--api", str(client.base_url), "--token-file", str(token_file)]
+    fake.inject_digest(pc.D_SESSION_REQUEST_T, [request(key(H1, OUT1, 6, 40000, 80))])
+    wait_until("the session", lambda: len(fake.table_entries(pc.T_SESSION)) == 2)
+    assert _cli(["status", *common]) == 0
+    out = capsys.readouterr().out
+    assert "policy: version 1 (lab," in out and "npm1" in out and "primary" in out
+    assert _cli(["sessions", *common]) == 0
+    assert "10.0.1.10:40000" in capsys.readouterr().out
+    assert _cli(["status", "--hsm", *common]) == 0
+    assert "npm1: active bank 1 (bank 0: 0, bank 1: " in capsys.readouterr().out
+    assert _cli(["spms", *common, "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out)["spms"]) == {"spm1", "spm2"}
+    assert _cli(["policy", "show", *common]) == 0
+    assert "name: lab" in capsys.readouterr().out
+    lab.write_text(lab.read_text().replace("closing_linger: 0.2", "closing_linger: 1"))
+    assert _cli(["policy", "diff", *common, str(lab)]) == 0
+    assert "+  closing_linger: 1" in capsys.readouterr().out
+    assert _cli(["policy", "apply", *common, str(lab)]) == 0
+    assert "policy version 2 applied" in capsys.readouterr().out
+    lab.write_text(lab.read_text().replace("role: outside", "role: x"))
+    assert _cli(["policy", "apply", *common, str(lab)]) == 1
+    assert "422" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="cannot read the API token"):
+        _cli(["status", "--api", str(client.base_url), "--token-file", str(tmp_path / "none")])

@@ -1,0 +1,65 @@
+"""The event bus: handlers per kind of event, a new kind needs no dispatch code, batches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from controller.events import Event, EventBus
+
+
+@dataclass(frozen=True, slots=True)
+class Ping(Event):
+    n: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoudPing(Ping):
+    pass
+
+
+def test_a_new_kind_of_event_needs_only_a_subscription() -> None:
+    bus = EventBus()
+    seen: list[tuple[str, int]] = []
+    bus.subscribe(Ping, lambda e: seen.append(("ping", e.n)))
+    bus.subscribe(LoudPing, lambda e: seen.append(("loud", e.n)) or e.n * 10)
+    assert bus.dispatch_now(LoudPing(2)) == (20,)
+    assert seen == [("loud", 2), ("ping", 2)]  # its own handlers, then its base class's
+
+
+def test_batch_handlers_get_consecutive_events_of_their_kind_in_one_call() -> None:
+    bus = EventBus()
+    calls: list[list[int]] = []
+    bus.subscribe(Ping, lambda events: calls.append([e.n for e in events]), batch=True)
+    futures = [bus.publish(Ping(n)) for n in range(5)]
+    bus.start()
+    try:
+        for future in futures:
+            future.result(timeout=5)
+        assert calls == [[0, 1, 2, 3, 4]]  # queued before the dispatcher started: one batch
+        assert bus.call(lambda: "on the dispatcher") == "on the dispatcher"
+    finally:
+        bus.stop()
+
+
+def test_a_failing_handler_fails_its_event_and_not_the_others() -> None:
+    bus = EventBus()
+    ran: list[int] = []
+
+    def fragile(event: Ping) -> None:
+        if event.n == 1:
+            raise ValueError("one")
+        ran.append(event.n)
+
+    bus.subscribe(Ping, fragile)
+    bus.subscribe(Ping, lambda e: ran.append(-e.n))
+    bus.start()
+    try:
+        good, bad = bus.publish(Ping(0)), bus.publish(Ping(1))
+        assert good.result(timeout=5) == ()
+        with pytest.raises(ValueError, match="one"):
+            bad.result(timeout=5)
+        assert ran == [0, 0, -1]
+    finally:
+        bus.stop()

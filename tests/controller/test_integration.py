@@ -1,0 +1,172 @@
+"""The controller driving a real data plane (BMv2 or the built-in switch, as TARGET selects) over
+veths: NAT sessions set up through packet-in and re-injection, sessions from digests, idle
+timeouts and TCP RST from the switch itself."""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.l2 import Ether
+
+from controller.npm import NpmAddress
+from controller.runtime import Controller, ControllerOptions
+from opengate.netutil import require_root, veth_pairs
+from opengate.switch import running_switch
+from opengate.target import TargetChoice, TargetError, select_target
+from tests.controller.conftest import wait_until
+from tests.controller.flows import GW_IN_MAC, GW_OUT, GW_OUT_MAC, H1, H2, OUT1
+
+pytestmark = [pytest.mark.needs_root, pytest.mark.slow]
+
+H1_MAC, H2_MAC, OUT1_MAC = "00:00:00:00:01:10", "00:00:00:00:01:11", "00:00:00:00:02:20"
+ETH_P_ALL = 0x0003
+PACKET_OUTGOING = 4
+
+
+class Wire:
+    """The host end of a veth: send frames, wait for one that matches."""
+
+    def __init__(self, iface: str) -> None:
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        self.sock.bind((iface, 0))
+
+    def send(self, frame: bytes) -> None:
+        self.sock.send(frame)
+
+    def expect(self, match: Callable[[Ether], bool], timeout: float = 5.0) -> Ether:
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([self.sock], [], [], left)
+            if not ready:
+                break
+            data, address = self.sock.recvfrom(65535)
+            if address[2] == PACKET_OUTGOING:
+                continue
+            frame = Ether(data)
+            if match(frame):
+                return frame
+        pytest.fail(f"no matching frame within {timeout:g}s")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@dataclass
+class Lab:
+    controller: Controller
+    wires: dict[int, Wire]
+    target: TargetChoice
+
+
+@pytest.fixture
+def real_lab(tmp_path: Path, lab: Path) -> Iterator[Lab]:
+    reason = require_root("controller integration tests")
+    if reason:
+        pytest.skip(reason)
+    try:
+        choice = select_target()
+    except TargetError as error:
+        pytest.skip(f"no data-plane target can run: {error}")
+    text = lab.read_text().replace(
+        "idle_timeout: {tcp: 30, udp: 30, icmp: 30, other: 30}",
+        "idle_timeout: {tcp: 30, udp: 1, icmp: 30, other: 30}",
+    )
+    lab.write_text(text)
+    tag = f"{os.getpid() % 100000}"
+    pairs = [(f"oc{tag}s{n}", f"oc{tag}h{n}") for n in range(1, 5)]
+    with (
+        veth_pairs(pairs),
+        running_switch(
+            {n: pairs[n - 1][0] for n in range(1, 5)}, tmp_path / "switch.log", choice
+        ) as switch,
+    ):
+        options = ControllerOptions(
+            npms=(NpmAddress("npm1", switch.grpc_address, 1),),
+            policy_path=lab,
+            db_url=f"sqlite:///{tmp_path / 'cpm.db'}",
+            state_dir=tmp_path,
+            tick_seconds=0.1,
+        )
+        controller = Controller(options)
+        wires = {n: Wire(pairs[n - 1][1]) for n in range(1, 5)}
+        try:
+            controller.start()
+            assert controller.wait_synced(30), "the controller did not reconcile the switch"
+            yield Lab(controller, wires, choice)
+        finally:
+            controller.stop()
+            for wire in wires.values():
+                wire.close()
+
+
+def _count(lab: Lab) -> int:
+    sessions = lab.controller.sessions
+    assert sessions is not None
+    result: int = lab.controller.bus.call(sessions.count)
+    return result
+
+
+def test_masquerade_session_through_packet_in_and_reinjection(real_lab: Lab) -> None:
+    """The opening packet goes to the CPM, which allocates the binding, installs both
+    directions and re-injects it: it leaves masqueraded, and the reply comes back un-NATed."""
+    out = (
+        Ether(src=H1_MAC, dst=GW_IN_MAC)
+        / IP(src=H1, dst=OUT1, ttl=64)
+        / UDP(sport=5000, dport=7777)
+        / b"hello"
+    )
+    real_lab.wires[1].send(bytes(out))
+    seen = real_lab.wires[2].expect(lambda f: f.haslayer(UDP) and f[UDP].dport == 7777)
+    assert (seen[Ether].src, seen[Ether].dst) == (GW_OUT_MAC, OUT1_MAC)
+    assert (seen[IP].src, seen[IP].dst, seen[IP].ttl) == (GW_OUT, OUT1, 63)
+    nat_port = seen[UDP].sport
+    assert 20000 <= nat_port <= 20009
+    assert bytes(seen[UDP].payload)[:5] == b"hello"
+    back = (
+        Ether(src=OUT1_MAC, dst=GW_OUT_MAC)
+        / IP(src=OUT1, dst=GW_OUT)
+        / UDP(sport=7777, dport=nat_port)
+        / b"world"
+    )
+    real_lab.wires[2].send(bytes(back))
+    reply = real_lab.wires[1].expect(lambda f: f.haslayer(UDP) and f[UDP].sport == 7777)
+    assert (reply[IP].dst, reply[UDP].dport, reply[Ether].dst) == (H1, 5000, H1_MAC)
+    assert _count(real_lab) == 1
+
+
+def test_digest_session_ages_out_when_idle(real_lab: Lab) -> None:
+    """A flow that needs no NAT is forwarded at once and installed from the digest; with no
+    traffic it ages out (idle timeout 1 s for UDP in this policy)."""
+    frame = Ether(src=H1_MAC, dst=GW_IN_MAC) / IP(src=H1, dst=H2) / UDP(sport=6000, dport=9999)
+    real_lab.wires[1].send(bytes(frame))
+    seen = real_lab.wires[1].expect(lambda f: f.haslayer(UDP) and f[UDP].dport == 9999)
+    assert seen[Ether].dst == H2_MAC
+    wait_until("the session installed", lambda: _count(real_lab) == 1, timeout=5)
+    wait_until("the session aged out", lambda: _count(real_lab) == 0, timeout=10)
+    real_lab.controller.db_writer.flush()
+    assert real_lab.controller.db.session_count() == 0
+
+
+def test_tcp_rst_removes_the_session(real_lab: Lab) -> None:
+    syn = (
+        Ether(src=H1_MAC, dst=GW_IN_MAC)
+        / IP(src=H1, dst=H2)
+        / TCP(sport=40000, dport=9000, flags="S", seq=1)
+    )
+    real_lab.wires[1].send(bytes(syn))
+    wait_until("the session installed", lambda: _count(real_lab) == 1, timeout=5)
+    rst = (
+        Ether(src=H1_MAC, dst=GW_IN_MAC)
+        / IP(src=H1, dst=H2)
+        / TCP(sport=40000, dport=9000, flags="R", seq=2)
+    )
+    real_lab.wires[1].send(bytes(rst))
+    wait_until("the session removed", lambda: _count(real_lab) == 0, timeout=5)

@@ -1,0 +1,213 @@
+"""The policy loader: the examples load, and every kind of mistake is reported with the file,
+the line and the field, before anything reaches a switch."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+from controller.policy import load_policy
+from opengate import p4constants as pc
+from opengate.errors import ConfigError
+from opengate.target import repo_root
+
+EXAMPLE = repo_root() / "controller" / "examples" / "gateway.yaml"
+
+
+def _line_of(text: str, needle: str) -> int:
+    for number, line in enumerate(text.splitlines(), start=1):
+        if needle in line:
+            return number
+    raise AssertionError(f"{needle!r} not in the policy")
+
+
+def _broken(lab: Path, old: str, new: str) -> tuple[Path, int]:
+    text = lab.read_text()
+    assert old in text, old
+    line = _line_of(text, old)
+    lab.write_text(text.replace(old, new, 1))
+    return lab, line
+
+
+def test_example_policy_matches_the_default_topology() -> None:
+    policy = load_policy(EXAMPLE)
+    roles = {p.number: p.role for p in policy.ports}
+    assert roles == {1: pc.ROLE_INSIDE, 2: pc.ROLE_OUTSIDE, 3: pc.ROLE_SPM, 4: pc.ROLE_SPM}
+    neighbours = {str(n.address): (n.port, n.mac) for n in policy.neighbours}
+    assert neighbours == {
+        "10.0.1.10": (1, 0x000000000110),
+        "10.0.1.11": (1, 0x000000000111),
+        "198.51.100.20": (2, 0x000000000220),
+    }
+    assert {s.name: (s.port, s.mac) for s in policy.spms} == {
+        "spm1": (3, 0x000000000333),
+        "spm2": (4, 0x000000000444),
+    }
+    assert [str(m.address) for m in policy.nat.masquerade] == ["198.51.100.1"]
+    gateway = policy.gateway_addresses()
+    assert gateway[ipaddress.IPv4Address("10.0.1.1")] == 1
+    assert gateway[ipaddress.IPv4Address("198.51.100.1")] == 2
+
+
+def test_lab_policy_maps_ids_rules_to_classes(lab: Path) -> None:
+    policy = load_policy(lab)
+    assert [(r.sid, r.class_id) for r in policy.ids_rules] == [
+        (1000001, 1),
+        (1000002, 1),
+        (1000003, 2),
+        (1000004, 3),
+    ]
+    # $HOME_NET is the policy's network 'inside'.
+    first = policy.ids_rules[0]
+    assert [str(p) for p in first.src] == ["10.0.1.0/24"]
+    # The masquerade address defaults to the port's first address.
+    assert str(policy.nat.masquerade[0].address) == "198.51.100.1"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "message"),
+    [
+        ("role: outside", "role: outsde", "ports[1].role", "not one of"),
+        ('mac: "02:00:00:00:00:02"', 'mac: "02:00:00:00:00"', "ports[1].mac", "not a MAC"),
+        (
+            "dst: outside, proto: tcp, dport: 23",
+            "dst: outsid, proto: tcp, dport: 23",
+            "acl.rules[0].dst",
+            "neither a prefix nor a network name",
+        ),
+        (
+            "dport: 23, action: to_cpu",
+            "dport: 23, action: allow",
+            "acl.rules[0].action",
+            "not one of",
+        ),
+        (
+            "name: bulk, chain: ips-av,",
+            "name: bulk, chain: ipsav,",
+            "classes[1].chain",
+            "no chain named",
+        ),
+        ("via: 198.51.100.20", "via: 198.51.100.99", "routes[0].via", "not a neighbour"),
+        (
+            "to: 10.0.1.10, to_port: 80",
+            "to: 10.9.9.9, to_port: 80",
+            "nat.port_forwards[0].to",
+            "no route",
+        ),
+        ("closing_linger: 0.2", "closing_linger: -1", "sessions.closing_linger", ">= 0"),
+        ("queue_limit: 1000", "queue_limt: 1000", "spm.queue_limt", "unknown field"),
+        (
+            "{name: spm2, port: 4,",
+            "{name: spm2, port: 5,",
+            "spm_pools[0].spms[1].port",
+            "not a port with role spm",
+        ),
+    ],
+)
+def test_mistakes_name_file_line_and_field(
+    lab: Path, old: str, new: str, field: str, message: str
+) -> None:
+    path, line = _broken(lab, old, new)
+    with pytest.raises(ConfigError) as caught:
+        load_policy(path)
+    error = caught.value
+    assert error.path == str(path)
+    assert error.field == field
+    assert error.line == line
+    assert message in error.message
+    assert str(error).startswith(f"{path}:{line}: {field}: ")
+
+
+def test_invalid_yaml_names_the_line(lab: Path) -> None:
+    path, line = _broken(lab, "routes:", "routes: [")
+    with pytest.raises(ConfigError) as caught:
+        load_policy(path)
+    assert caught.value.path == str(path)
+    assert caught.value.line is not None and caught.value.line >= line
+    assert "not valid YAML" in caught.value.message
+
+
+def test_duplicate_key_is_an_error(lab: Path) -> None:
+    path, line = _broken(lab, "name: lab", "name: lab\nname: lab2")
+    with pytest.raises(ConfigError) as caught:
+        load_policy(path)
+    assert caught.value.line == line + 1
+    assert "duplicate key" in caught.value.message
+
+
+def test_missing_rules_file_is_reported_at_its_field(lab: Path) -> None:
+    path, line = _broken(lab, "rules: lab.rules", "rules: nowhere.rules")
+    with pytest.raises(ConfigError) as caught:
+        load_policy(path)
+    assert (caught.value.field, caught.value.line) == ("ids.rules", line)
+    assert "nowhere.rules" in caught.value.message
+
+
+def test_bad_snort_rule_names_the_rules_file_and_line(lab: Path) -> None:
+    rules = lab.parent / "lab.rules"
+    lines = rules.read_text().splitlines()
+    lines.append('alert tcp $HOME_NET any -> 300.1.1.1 80 (msg:"bad"; sid:9;)')
+    rules.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_policy(lab)
+    assert caught.value.path == str(rules)
+    assert caught.value.line == len(lines)
+    assert caught.value.field == "destination"
+
+
+def test_policy_text_can_come_from_the_caller(lab: Path) -> None:
+    """The REST API receives the text; files it names are still read beside `path`."""
+    text = lab.read_text().replace("name: lab", "name: from-api")
+    policy = load_policy(lab, text)
+    assert policy.name == "from-api"
+    assert policy.sha256 != load_policy(lab).sha256
+
+
+def test_sha256_covers_the_files_a_policy_names(lab: Path) -> None:
+    before = load_policy(lab).sha256
+    rules = lab.parent / "lab.rules"
+    rules.write_text(rules.read_text() + "\n# a comment\n")
+    assert load_policy(lab).sha256 != before
+
+
+def test_community_rules_map_to_classes_by_classtype(shared_data: Path, lab: Path) -> None:
+    rules = shared_data / "snort" / "snort3-community.rules"
+    text = lab.read_text().replace("rules: lab.rules", f"rules: {rules}")
+    text = text.replace(
+        "{id: 3, name: dns, chain: strict-ips, sids: [1000004]}",
+        "{id: 3, name: trojans, chain: strict-ips, classtypes: [trojan-activity]}",
+    )
+    policy = load_policy(lab, text)
+    classes = {r.class_id for r in policy.ids_rules}
+    assert classes == {1, 3}
+    assert sum(1 for r in policy.ids_rules if r.class_id == 3) >= 700
+
+
+def test_example_policy_agrees_with_the_topology() -> None:
+    from topo.model import load_topology
+
+    topology = load_topology(repo_root() / "topo" / "gateway.yaml", repo_root())
+    policy = load_policy(topology.policy)
+    (npm,) = topology.npms
+    lans = {lan.name: lan for lan in topology.lans}
+    port_of_lan = {peer: port for port, peer in npm.ports.items() if peer in lans}
+    for port, peer in npm.ports.items():
+        spec = policy.port(port)
+        assert spec is not None, f"port {port} is not in the policy"
+        if peer in lans:
+            assert spec.mac == int(lans[peer].gateway_mac.replace(":", ""), 16)
+    neighbours = {n.address: n for n in policy.neighbours}
+    for host in topology.hosts:
+        if host.role == "spm":
+            spm = policy.spm_by_port(host.npm_port or 0)
+            assert spm is not None and spm.mac == int(host.mac.replace(":", ""), 16), host.name
+            continue
+        assert host.ip is not None and host.lan is not None
+        neighbour = neighbours[host.ip.ip]
+        assert neighbour.mac == int(host.mac.replace(":", ""), 16), host.name
+        assert neighbour.port == port_of_lan[host.lan], host.name
+        gateway_port = policy.port(neighbour.port)
+        assert gateway_port is not None
+        assert host.gateway in {a.ip for a in gateway_port.addresses}, host.name
