@@ -32,6 +32,19 @@ from topo.nodes import LanBridge, P4Npm
 LOG = logging.getLogger(__name__)
 
 
+EICAR = b"X5O!P%@AP[4\\PZX54(P^)7CC)7}$" + b"EICAR-STANDARD-ANTIVIRUS-" + b"TEST-FILE!$H+H*"
+CLAMAV_TESTFILES = Path("/usr/share/clamav-testfiles")
+
+
+def _fill_www(www: Path, host: str) -> None:
+    """What the test web servers serve: a page, the EICAR test file and a ClamAV test sample."""
+    (www / "index.html").write_text(f"<h1>OpenGate test server {host}</h1>\n")
+    (www / "eicar.com").write_bytes(EICAR)
+    sample = CLAMAV_TESTFILES / "clam.exe"
+    if sample.exists():
+        shutil.copyfile(sample, www / "clam.exe")
+
+
 def _spm_started(eve_log: Path) -> bool:
     """The SPM daemon writes an `spm` event to its EVE log once it inspects its queue."""
     if not eve_log.exists():
@@ -274,7 +287,7 @@ class GatewayNetwork:
             if "http" in host.services:
                 www = self.run_dir / "www" / host.name
                 www.mkdir(parents=True, exist_ok=True)
-                (www / "index.html").write_text(f"<h1>OpenGate test server {host.name}</h1>\n")
+                _fill_www(www, host.name)
                 argv = [sys.executable, "-m", "topo.services", "http", "--bind", str(host.ip.ip)]
                 argv += ["--root", str(www)]
                 with (self.run_dir / f"{host.name}-http.log").open("wb") as log:
