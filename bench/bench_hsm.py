@@ -1,0 +1,233 @@
+"""HSM with integrated segmentation (IPP) against two separate HSMs and the ternary baseline.
+
+For each ClassBench set (acl1, fw1, ipc1; 1k and 10k rules) with the Snort 3 community rules as
+the IDS set (all 3,488, commented ones included; HOME_NET the RFC 1918 networks, EXTERNAL_NET
+!$HOME_NET), compile in a fresh process and report:
+
+* IPP: compile time, entries per table, bytes (memory model of controller/hsm/stats.py), table
+  lookups and memory accesses per packet (binary-search model for the segment tables), peak RSS
+  of the compiling process;
+* two separate HSMs (ACL, then IDS): the same rule sets compiled one at a time. Their aggregation
+  tables are the same as IPP's; the segment tables and the lookups differ;
+* when the HSM tables do not fit a bank (half of each table's size in p4src/include/sizes.p4),
+  the entries they would need (measured without building them) and the remedy the compiler
+  applies: the naive (ternary) profile;
+* the naive profile (acl_naive + ids_naive) for every set.
+
+    .venv/bin/python -m bench.bench_hsm [--sets acl1_1k,...] [--home-net any]
+
+About three minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+from controller.hsm.compile import TableOverflow, compile_hsm, measure_hsm
+from controller.hsm.naive import compile_naive
+from controller.hsm.rules import parse_classbench
+from controller.hsm.snort_header import SnortVariables, load_ids_file
+from opengate.target import shared_data_dir
+
+SETS = ("acl1_1k", "fw1_1k", "ipc1_1k", "acl1_10k", "fw1_10k", "ipc1_10k")
+RFC1918 = "[10.0.0.0/8,172.16.0.0/12,192.168.0.0/16]"
+
+
+@dataclass
+class Result:
+    name: str
+    acl_rules: int = 0
+    ids_rules: int = 0
+    ids_terms: int = 0
+    fits: bool = False
+    overflow: str = ""
+    ipp_seconds: float = 0.0
+    separate_seconds: float = 0.0
+    tables: dict[str, int] = field(default_factory=dict)
+    table_bytes: dict[str, int] = field(default_factory=dict)
+    segment_bytes: int = 0
+    separate_segment_bytes: int = 0
+    segment_entries_separate: int = 0
+    lookups: int = 0
+    separate_lookups: int = 0
+    accesses: int = 0
+    separate_accesses: int = 0
+    needed: dict[str, str] = field(default_factory=dict)
+    measure_seconds: float = 0.0
+    naive_entries: dict[str, int] = field(default_factory=dict)
+    naive_bytes: int = 0
+    naive_seconds: float = 0.0
+    peak_mib: float = 0.0
+
+
+def run_one(name: str, data: str, home_net: str) -> Result:
+    """Runs in a fresh process, so that its peak RSS is this compile's."""
+    result = Result(name)
+    acl = parse_classbench(Path(data) / "classbench" / name)
+    values = {"HOME_NET": home_net}
+    if home_net != "any":
+        values["EXTERNAL_NET"] = "!$HOME_NET"
+    headers, _ = load_ids_file(
+        Path(data) / "snort" / "snort3-community.rules",
+        variables=SnortVariables().with_values(values),
+        include_commented=True,
+    )
+    ids = list(headers.rules)
+    result.acl_rules, result.ids_rules = len(acl), len(ids)
+    started = time.perf_counter()
+    try:
+        compiled = compile_hsm(acl, ids)
+    except TableOverflow as overflow:
+        result.ipp_seconds = time.perf_counter() - started
+        result.overflow = str(overflow)
+        started = time.perf_counter()
+        sizes = measure_hsm(acl, ids)
+        result.measure_seconds = time.perf_counter() - started
+        result.needed = {table: str(size) for table, size in sizes.items()}
+    else:
+        result.ipp_seconds = time.perf_counter() - started
+        result.fits = True
+        stats = compiled.stats
+        result.ids_terms = stats.ids_terms
+        result.tables = {t.table: t.entries for t in stats.tables}
+        result.table_bytes = {t.table: t.bytes for t in stats.tables}
+        result.segment_bytes = stats.segment_bytes()
+        result.separate_segment_bytes = stats.separate_segment_bytes()
+        result.segment_entries_separate = sum(
+            n for side in stats.segment_entries_alone.values() for n in side.values()
+        )
+        result.lookups, result.separate_lookups = (
+            stats.lookups_per_packet,
+            stats.separate_lookups_per_packet,
+        )
+        result.accesses = stats.memory_accesses()
+        result.separate_accesses = stats.separate_memory_accesses()
+        del compiled
+        started = time.perf_counter()
+        compile_hsm(acl, [])
+        compile_hsm([], ids)
+        result.separate_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    naive = compile_naive(acl, ids, limits={"acl_naive": 10**7, "ids_naive": 10**7})
+    result.naive_seconds = time.perf_counter() - started
+    result.naive_entries = {t.table: t.entries for t in naive.stats.tables}
+    result.naive_bytes = naive.stats.total_bytes
+    result.peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
+
+
+def _kb(n: int) -> str:
+    return f"{n / 1024:,.1f}"
+
+
+def _pct(new: float, old: float) -> str:
+    return f"{(new - old) / old * 100:+.1f}%" if old else "n/a"
+
+
+def report(results: list[Result], home_net: str) -> None:
+    print(
+        f"IDS set: snort3-community.rules, all rules (commented included), HOME_NET={home_net}"
+        + (", EXTERNAL_NET=!$HOME_NET" if home_net != "any" else "")
+        + ". Budget per bank: half of each table (segment 32,768, pair and final 524,288).\n"
+    )
+    fitting = [r for r in results if r.fits]
+    if fitting:
+        print("### IPP versus two separate HSMs (sets whose tables fit)\n")
+        print(
+            "| set | ACL rules | IDS rules (terms) | compile IPP / separate (s) | segment entries "
+            "IPP / separate | segment KiB IPP / separate | ACL pair + verdict entries | IDS pair "
+            "+ class entries | total KiB IPP / separate | lookups/pkt IPP / separate | memory "
+            "accesses/pkt IPP / separate | peak RSS (MiB) |"
+        )
+        print("|" + "---|" * 12)
+        for r in fitting:
+            seg = sum(n for t, n in r.tables.items() if t.endswith("_segment"))
+            acl = sum(r.tables.get(t, 0) for t in ("acl_addr_pair", "acl_port_pair", "acl_verdict"))
+            ids = sum(
+                r.tables.get(t, 0) for t in ("ids_addr_pair", "ids_port_pair", "ids_classification")
+            )
+            total = sum(r.table_bytes.values())
+            separate_total = total - r.segment_bytes + r.separate_segment_bytes
+            print(
+                f"| {r.name} | {r.acl_rules:,} | {r.ids_rules:,} ({r.ids_terms}) | "
+                f"{r.ipp_seconds:.1f} / {r.separate_seconds:.1f} | {seg:,} / "
+                f"{r.segment_entries_separate:,} | {_kb(r.segment_bytes)} / "
+                f"{_kb(r.separate_segment_bytes)} "
+                f"({_pct(r.segment_bytes, r.separate_segment_bytes)})"
+                f" | {acl:,} | {ids:,} | {_kb(total)} / {_kb(separate_total)} "
+                f"({_pct(total, separate_total)}) | {r.lookups} / {r.separate_lookups} "
+                f"({_pct(r.lookups, r.separate_lookups)}) | {r.accesses} / "
+                f"{r.separate_accesses} ({_pct(r.accesses, r.separate_accesses)}) | "
+                f"{r.peak_mib:,.0f} |"
+            )
+        print()
+        print("Entries per table (IPP):\n")
+        tables = sorted({t for r in fitting for t in r.tables})
+        print("| set | " + " | ".join(tables) + " |")
+        print("|" + "---|" * (len(tables) + 1))
+        for r in fitting:
+            print(f"| {r.name} | " + " | ".join(f"{r.tables.get(t, 0):,}" for t in tables) + " |")
+        print()
+    over = [r for r in results if not r.fits]
+    if over:
+        print("### Sets whose HSM tables do not fit (entries the unbounded compile would need)\n")
+        print(
+            "| set | stopped after (s) | acl_addr_pair | acl_port_pair | acl_verdict | "
+            "ids_addr_pair | ids_port_pair | ids_classification | measured in (s) | remedy |"
+        )
+        print("|" + "---|" * 10)
+        for r in over:
+            n = r.needed
+            print(
+                f"| {r.name} | {r.ipp_seconds:.1f} | {n.get('acl_addr_pair', '')} | "
+                f"{n.get('acl_port_pair', '')} | {n.get('acl_verdict', '')} | "
+                f"{n.get('ids_addr_pair', '')} | {n.get('ids_port_pair', '')} | "
+                f"{n.get('ids_classification', '')} | {r.measure_seconds:.1f} | naive profile: "
+                f"{sum(r.naive_entries.values()):,} entries |"
+            )
+        print(
+            "\n`~`: estimated (non-empty candidate class pairs, times the protocol classes for the "
+            "final table), counting exactly would take too long; n/a: not measured because the "
+            "address-pair table before it was already estimated.\n"
+        )
+    print("### Ternary baseline (naive profile, -DWITH_NAIVE_ACL)\n")
+    print("| set | acl_naive entries | ids_naive entries | KiB | compile (s) | lookups/pkt |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        print(
+            f"| {r.name} | {r.naive_entries.get('acl_naive', 0):,} | "
+            f"{r.naive_entries.get('ids_naive', 0):,} | {_kb(r.naive_bytes)} | "
+            f"{r.naive_seconds:.1f} | 2 (TCAM) |"
+        )
+    print()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--home-net", default=RFC1918, help="HOME_NET ('any': Snort's default)")
+    args = parser.parse_args(argv)
+    data = shared_data_dir()
+    if not (data / "classbench").is_dir() or not (data / "snort").is_dir():
+        print(f"reference data missing under {data}; nothing to measure", file=sys.stderr)
+        return 1
+    results = []
+    context = get_context("spawn")
+    for name in args.sets.split(","):
+        with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+            results.append(pool.submit(run_one, name, str(data), args.home_net).result())
+        print(f"measured {name}", file=sys.stderr, flush=True)
+    print(f"Command: `.venv/bin/python -m bench.bench_hsm {' '.join(argv or sys.argv[1:])}`\n")
+    report(results, args.home_net)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
