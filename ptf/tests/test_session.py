@@ -211,6 +211,7 @@ class IdleSessionReported(OpenGateTest):
         notification = self.client.get_idle_timeout(timeout=10.0)
         self.assertIsNotNone(notification, "no idle-timeout notification within 10s")
         assert notification is not None
+
         def key(entry: object) -> dict[int, bytes]:
             return {m.field_id: m.exact.value for m in entry.match}  # type: ignore[attr-defined]
 
