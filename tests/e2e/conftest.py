@@ -1,4 +1,4 @@
-"""The end-to-end fixture: the default topology, up once per module, always taken down."""
+"""The end-to-end fixture: the default topology, up once for all e2e tests, always taken down."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from topo.model import load_topology
 from topo.net import GatewayNetwork
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def gateway() -> Iterator[GatewayNetwork]:
     skip_unless_root("the Mininet topology")
     skip_unless_tool("mnexec", "Mininet (Debian package mininet) runs the topology's hosts")
