@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
 from controller.hsm.fields import ANY_PORT, PortRange, Prefix, ProtoMatch
 from controller.hsm.rules import (
     PROTOCOL_NUMBERS,
@@ -339,24 +337,8 @@ def load_policy(path: str | Path, text: str | None = None) -> Policy:
             text = path.read_text()
         except OSError as error:
             raise ConfigError(f"cannot read: {error.strerror}", path=str(path)) from None
-    data = _parse_yaml(path, text)
+    data = yamlconf.load_yaml_text(text, path)
     return _Loader(path, text, data).load()
-
-
-def _parse_yaml(path: Path, text: str) -> Any:
-    # opengate.yamlconf.load_yaml reads from disk; the REST API has the text, so parse it here
-    # with the same line-keeping loader.
-    try:
-        return yaml.load(text, Loader=yamlconf._Loader)
-    except ConfigError as error:
-        raise ConfigError(
-            error.message, path=str(path), line=error.line, field=error.field
-        ) from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(error, "problem", None) or str(error)
-        raise ConfigError(f"not valid YAML: {problem}", path=str(path), line=line) from None
 
 
 class _Loader:

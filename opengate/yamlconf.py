@@ -66,6 +66,12 @@ def load_yaml(path: str | Path) -> Any:
         text = path.read_text()
     except OSError as error:
         raise ConfigError(f"cannot read: {error.strerror}", path=str(path)) from None
+    return load_yaml_text(text, path)
+
+
+def load_yaml_text(text: str, path: str | Path) -> Any:
+    """Parse YAML that is already in memory (e.g. a policy sent to the REST API); `path` names
+    it in errors."""
     try:
         return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
     except ConfigError as error:

@@ -85,7 +85,9 @@ class Runner:
     log: list[str] = field(default_factory=list)
 
     def argv(self, argv: Sequence[str]) -> list[str]:
-        prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
+        # nsenter joins only the network namespace; `ip netns exec` also remounts / and /sys,
+        # which fails where / is not a mount point (a chroot).
+        prefix = ["nsenter", f"--net=/run/netns/{self.netns}"] if self.netns else []
         return prefix + list(argv)
 
     def run(
@@ -255,7 +257,11 @@ class Plumbing:
     def setup(self) -> str:
         """Clean up leftovers, then install everything. Returns the queue backend used."""
         self.cleanup_stale()
-        if not Path(f"/sys/class/net/{self.plan.interface}").exists() and not self.runner.netns:
+        # Ask the kernel over netlink, not /sys: /sys shows the namespace it was mounted in,
+        # which need not be ours (e.g. under nsenter, or in a chroot without a remounted /sys).
+        if self.runner.run(
+            ["ip", "link", "show", "dev", self.plan.interface], check=False
+        ).returncode:
             raise PlumbingError(f"interface {self.plan.interface!r} does not exist")
         saved = self._apply_sysctls()
         self._write_state({"sysctl": saved, "tags": list(self.plan.tags), "backend": None})

@@ -21,13 +21,12 @@ import httpx
 import yaml
 from mininet.log import setLogLevel
 from mininet.net import Mininet
-from mininet.node import Host
 
 from opengate.errors import ConfigError
 from opengate.netutil import free_tcp_port, stop_process, wait_for_port
 from opengate.target import TargetChoice, repo_root, select_target, shared_data_dir
 from topo.model import TopologySpec
-from topo.nodes import LanBridge, P4Npm
+from topo.nodes import LanBridge, NetnsHost, P4Npm
 
 LOG = logging.getLogger(__name__)
 
@@ -130,7 +129,7 @@ class GatewayNetwork:
                 params["ip"] = host.ip.with_prefixlen
             else:
                 params["ip"] = None
-            net.addHost(host.name, cls=Host, **params)
+            net.addHost(host.name, cls=NetnsHost, **params)
         for host in self.spec.hosts:
             if host.lan is not None:
                 net.addLink(host.name, host.lan)

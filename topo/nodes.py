@@ -6,13 +6,31 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from mininet.node import Switch
+from mininet.node import Host, Switch
 
 from opengate.netutil import stop_process
 from opengate.switch import RunningSwitch, start_switch
 from opengate.target import TargetChoice
 
 LOG = logging.getLogger(__name__)
+
+
+class NetnsHost(Host):  # type: ignore[misc]
+    """A Mininet host in its own network namespace only.
+
+    Stock Mininet (`mnexec -n`) also gives each host a mount namespace and remounts / private,
+    which fails where / is not a mount point, as in a chroot. A host needs only its network:
+    the shell starts under `unshare --net`, and commands join it with `nsenter --net`.
+    """
+
+    def _popen(self, cmd: list[str], **params: Any) -> Any:
+        if len(cmd) > 1 and cmd[0] == "mnexec" and cmd[1].startswith("-") and "n" in cmd[1]:
+            cmd = ["mnexec", cmd[1].replace("n", ""), "unshare", "--net", *cmd[2:]]
+        return super()._popen(cmd, **params)
+
+    def popen(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("mncmd", ["nsenter", f"--net=/proc/{self.pid}/ns/net"])
+        return super().popen(*args, **kwargs)
 
 
 class LanBridge(Switch):  # type: ignore[misc]

@@ -11,6 +11,7 @@ import ipaddress
 from typing import ClassVar
 
 from finsy.proto import p4r
+from ptf import testutils
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet
@@ -178,6 +179,18 @@ class OpenGateTest(P4RuntimeTest):
                 pc.A_ROUTE_TO,
                 {"port": port, "next_hop_mac": mac(next_hop_mac)},
             )
+        )
+
+    # -- drops --------------------------------------------------------------------------
+
+    def assert_dropped(self, port: int, raw: bytes, reason: int) -> None:
+        """Send `raw` on `port`; nothing may come out, and drop_counter[reason] counts it."""
+        before = self.counter(pc.C_DROP_COUNTER, reason)[0]
+        testutils.send_packet(self, port, raw)
+        testutils.verify_no_other_packets(self)
+        self.wait_for(
+            f"drop_counter[{pc.DROP_NAMES[reason]}] to count the packet",
+            lambda: self.counter(pc.C_DROP_COUNTER, reason)[0] == before + 1,
         )
 
     # -- classification ------------------------------------------------------------------

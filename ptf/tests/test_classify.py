@@ -27,13 +27,7 @@ class DeniedFlowDropped(OpenGateTest):
     def runTest(self) -> None:
         self.classify_everything(acl_action=pc.A_ACL_DENY, rule_id=3)
         self.enable_digest(pc.D_SESSION_REQUEST_T)
-        before = self.counter(pc.C_DROP_COUNTER, pc.DROP_ACL_DENY)[0]
-        testutils.send_packet(self, INSIDE, bytes(refresh(tcp_packet())))
-        testutils.verify_no_other_packets(self)
-        self.wait_for(
-            "ACL_DENY to be counted",
-            lambda: self.counter(pc.C_DROP_COUNTER, pc.DROP_ACL_DENY)[0] == before + 1,
-        )
+        self.assert_dropped(INSIDE, bytes(refresh(tcp_packet())), pc.DROP_ACL_DENY)
         self.assertEqual(self.drain_digests(), 0)
 
 

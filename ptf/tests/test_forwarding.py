@@ -43,7 +43,6 @@ class NoRouteDropped(OpenGateTest):
 
     def runTest(self) -> None:
         self.add_session(HOST_OUT, "10.9.9.9", 6, 80, 40000)
-        before = self.counter(pc.C_DROP_COUNTER, pc.DROP_NO_ROUTE)[0]
         packet = refresh(
             tcp_packet(
                 src=HOST_OUT,
@@ -55,12 +54,7 @@ class NoRouteDropped(OpenGateTest):
                 eth_dst=GW_MAC[OUTSIDE],
             )
         )
-        testutils.send_packet(self, OUTSIDE, bytes(packet))
-        testutils.verify_no_other_packets(self)
-        self.wait_for(
-            "NO_ROUTE to be counted",
-            lambda: self.counter(pc.C_DROP_COUNTER, pc.DROP_NO_ROUTE)[0] == before + 1,
-        )
+        self.assert_dropped(OUTSIDE, bytes(packet), pc.DROP_NO_ROUTE)
 
 
 class PacketOutToPort(OpenGateTest):

@@ -28,14 +28,8 @@ class TaggedPacketFromInsideDropped(OpenGateTest):
 
     def runTest(self) -> None:
         self.classify_everything()
-        before = self.counter(pc.C_DROP_COUNTER, pc.DROP_TAG_SPOOF)[0]
         packet = refresh(tcp_packet(eth_dst=tag_mac(TAG_BASE)))
-        testutils.send_packet(self, INSIDE, bytes(packet))
-        testutils.verify_no_other_packets(self)
-        self.wait_for(
-            "TAG_SPOOF to be counted",
-            lambda: self.counter(pc.C_DROP_COUNTER, pc.DROP_TAG_SPOOF)[0] == before + 1,
-        )
+        self.assert_dropped(INSIDE, bytes(packet), pc.DROP_TAG_SPOOF)
 
 
 class TaggedPacketFromOutsideDropped(OpenGateTest):
@@ -63,14 +57,8 @@ class UnknownTagOnSpmPortDropped(OpenGateTest):
 
     def runTest(self) -> None:
         self.classify_everything()
-        before = self.counter(pc.C_DROP_COUNTER, pc.DROP_UNKNOWN_TAG)[0]
         packet = refresh(tcp_packet(eth_dst=tag_mac(0x7777)))
-        testutils.send_packet(self, SPM_A, bytes(packet))
-        testutils.verify_no_other_packets(self)
-        self.wait_for(
-            "UNKNOWN_TAG to be counted",
-            lambda: self.counter(pc.C_DROP_COUNTER, pc.DROP_UNKNOWN_TAG)[0] == before + 1,
-        )
+        self.assert_dropped(SPM_A, bytes(packet), pc.DROP_UNKNOWN_TAG)
 
 
 class PortWithoutRoleDropped(OpenGateTest):
@@ -78,13 +66,7 @@ class PortWithoutRoleDropped(OpenGateTest):
 
     def runTest(self) -> None:
         self.classify_everything()
-        before = self.counter(pc.C_DROP_COUNTER, pc.DROP_UNKNOWN_PORT)[0]
-        testutils.send_packet(self, 5, bytes(refresh(tcp_packet())))
-        testutils.verify_no_other_packets(self)
-        self.wait_for(
-            "UNKNOWN_PORT to be counted",
-            lambda: self.counter(pc.C_DROP_COUNTER, pc.DROP_UNKNOWN_PORT)[0] == before + 1,
-        )
+        self.assert_dropped(5, bytes(refresh(tcp_packet())), pc.DROP_UNKNOWN_PORT)
 
 
 class ReturnWithNatDoneIsRouted(OpenGateTest):

@@ -87,13 +87,7 @@ class AckWithoutSessionDropped(OpenGateTest):
 
     def runTest(self) -> None:
         self.classify_everything()
-        before = self.counter(pc.C_DROP_COUNTER, pc.DROP_NO_SESSION)[0]
-        testutils.send_packet(self, INSIDE, bytes(refresh(tcp_packet(flags="A"))))
-        testutils.verify_no_other_packets(self)
-        self.wait_for(
-            "NO_SESSION to be counted",
-            lambda: self.counter(pc.C_DROP_COUNTER, pc.DROP_NO_SESSION)[0] == before + 1,
-        )
+        self.assert_dropped(INSIDE, bytes(refresh(tcp_packet(flags="A"))), pc.DROP_NO_SESSION)
 
 
 class SynAckWithoutSessionDropped(OpenGateTest):
@@ -180,13 +174,7 @@ class BlockedSessionDropped(OpenGateTest):
 
     def runTest(self) -> None:
         self.add_session(HOST_IN, HOST_OUT, 6, 40000, 80, block=True)
-        before = self.counter(pc.C_DROP_COUNTER, pc.DROP_SESSION_BLOCKED)[0]
-        testutils.send_packet(self, INSIDE, bytes(refresh(tcp_packet(flags="A"))))
-        testutils.verify_no_other_packets(self)
-        self.wait_for(
-            "SESSION_BLOCKED to be counted",
-            lambda: self.counter(pc.C_DROP_COUNTER, pc.DROP_SESSION_BLOCKED)[0] == before + 1,
-        )
+        self.assert_dropped(INSIDE, bytes(refresh(tcp_packet(flags="A"))), pc.DROP_SESSION_BLOCKED)
 
 
 class FinOnSessionReported(OpenGateTest):

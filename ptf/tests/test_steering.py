@@ -106,13 +106,7 @@ class NoSpmFailClosedDrops(OpenGateTest):
     def runTest(self) -> None:
         self.classify_everything(ids_class=INSPECTED)
         self.insert_class_policy_only()
-        before = self.counter(pc.C_DROP_COUNTER, pc.DROP_NO_SPM)[0]
-        testutils.send_packet(self, INSIDE, bytes(refresh(tcp_packet())))
-        testutils.verify_no_other_packets(self)
-        self.wait_for(
-            "NO_SPM to be counted",
-            lambda: self.counter(pc.C_DROP_COUNTER, pc.DROP_NO_SPM)[0] == before + 1,
-        )
+        self.assert_dropped(INSIDE, bytes(refresh(tcp_packet())), pc.DROP_NO_SPM)
 
     def insert_class_policy_only(self) -> None:
         self.insert(

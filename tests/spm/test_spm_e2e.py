@@ -192,19 +192,15 @@ def rig(tmp_path_factory: pytest.TempPathFactory, clamd_socket: str) -> Iterator
             sh("ip", "-n", spm_ns, "link", "set", spm_if, "address", SPM_MAC, "up")
             for ns, dev in ((npm_ns, npm_if), (spm_ns, spm_if)):
                 sh(
-                    "ip",
-                    "netns",
-                    "exec",
-                    ns,
+                    "nsenter",
+                    f"--net=/run/netns/{ns}",
                     "sysctl",
                     "-qw",
                     f"net.ipv6.conf.{dev}.disable_ipv6=1",
                 )
                 sh(
-                    "ip",
-                    "netns",
-                    "exec",
-                    ns,
+                    "nsenter",
+                    f"--net=/run/netns/{ns}",
                     "ethtool",
                     "-K",
                     dev,
@@ -274,10 +270,8 @@ def _start(spm_ns: str, config: Path, log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
             [
-                "ip",
-                "netns",
-                "exec",
-                spm_ns,
+                "nsenter",
+                f"--net=/run/netns/{spm_ns}",
                 sys.executable,
                 "-m",
                 "spm",
@@ -392,10 +386,8 @@ def test_clean_tls_flow_is_bypassed_in_the_kernel_and_offered_to_the_cpm(rig: Ri
     )
     name = rig.config.read_text().split("\n")[0].split(": ")[1]
     listing = sh(
-        "ip",
-        "netns",
-        "exec",
-        rig.spm_ns,
+        "nsenter",
+        f"--net=/run/netns/{rig.spm_ns}",
         "nft",
         "list",
         "set",
@@ -449,10 +441,8 @@ def test_crash_leftovers_are_removed_at_the_next_start_and_stop_cleans_up(rig: R
     def has_table() -> bool:
         return (
             sh(
-                "ip",
-                "netns",
-                "exec",
-                rig.spm_ns,
+                "nsenter",
+                f"--net=/run/netns/{rig.spm_ns}",
                 "nft",
                 "list",
                 "table",
@@ -477,7 +467,9 @@ def test_crash_leftovers_are_removed_at_the_next_start_and_stop_cleans_up(rig: R
     rig.proc.send_signal(signal.SIGTERM)
     assert rig.proc.wait(15) == 0
     assert not has_table()
-    rules = sh("ip", "netns", "exec", rig.spm_ns, "ip", "rule", "show").stdout
+    rules = sh("nsenter", f"--net=/run/netns/{rig.spm_ns}", "ip", "rule", "show").stdout
     assert "0x4f00" not in rules
-    mangle = sh("ip", "netns", "exec", rig.spm_ns, "iptables-nft", "-t", "mangle", "-S").stdout
+    mangle = sh(
+        "nsenter", f"--net=/run/netns/{rig.spm_ns}", "iptables-nft", "-t", "mangle", "-S"
+    ).stdout
     assert "OG_SPM" not in mangle

@@ -57,7 +57,7 @@ def spm_ns() -> Iterator[str]:
 
 def _state(ns: str) -> dict[str, str]:
     def run(*argv: str) -> str:
-        return sh("ip", "netns", "exec", ns, *argv, check=False).stdout
+        return sh("nsenter", f"--net=/run/netns/{ns}", *argv, check=False).stdout
 
     return {
         "nft": run("nft", "list", "ruleset"),
@@ -71,7 +71,7 @@ def _state(ns: str) -> dict[str, str]:
 
 
 def test_setup_is_idempotent_and_teardown_restores_everything(spm_ns: str, tmp_path: Path) -> None:
-    sh("ip", "netns", "exec", spm_ns, "sysctl", "-qw", "net.ipv4.conf.ogt0.rp_filter=2")
+    sh("nsenter", f"--net=/run/netns/{spm_ns}", "sysctl", "-qw", "net.ipv4.conf.ogt0.rp_filter=2")
     before = _state(spm_ns)
     p = Plumbing(_plan(), Runner(netns=spm_ns), state_dir=tmp_path)
     p.setup()

@@ -158,10 +158,8 @@ def test_stand_in_snort_runs_on_the_plumbing_and_its_alerts_reach_the_eve_log(
         env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
         proc = subprocess.Popen(
             [
-                "ip",
-                "netns",
-                "exec",
-                ns,
+                "nsenter",
+                f"--net=/run/netns/{ns}",
                 sys.executable,
                 "-m",
                 "spm",
@@ -181,10 +179,8 @@ def test_stand_in_snort_runs_on_the_plumbing_and_its_alerts_reach_the_eve_log(
 
             wait_for("the stand-in snort's alert in the EVE log", alerted, 20)
             nft = sh(
-                "ip",
-                "netns",
-                "exec",
-                ns,
+                "nsenter",
+                f"--net=/run/netns/{ns}",
                 "nft",
                 "list",
                 "table",
@@ -196,10 +192,8 @@ def test_stand_in_snort_runs_on_the_plumbing_and_its_alerts_reach_the_eve_log(
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(20) == 0
             nft = sh(
-                "ip",
-                "netns",
-                "exec",
-                ns,
+                "nsenter",
+                f"--net=/run/netns/{ns}",
                 "nft",
                 "list",
                 "table",
