@@ -18,7 +18,12 @@ ETH_P_ALL = 0x0003
 
 
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, check=check)
+    """Run a command. `ip -n NS ...` runs as `nsenter --net=... ip ...`: iproute2's -n also
+    remounts / and /sys, which fails where / is not a mount point (a chroot)."""
+    command = list(argv)
+    if command[:2] == ["ip", "-n"]:
+        command = ["nsenter", f"--net=/run/netns/{command[2]}", "ip", *command[3:]]
+    return subprocess.run(command, capture_output=True, text=True, check=check)
 
 
 @contextlib.contextmanager
