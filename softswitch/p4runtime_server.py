@@ -12,7 +12,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
@@ -1170,65 +1170,34 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
 
     def _read_counters(self, pipe: Pipeline, c: Any) -> list[Any]:
         out = []
-        ids = [c.counter_id] if c.counter_id else list(pipe.map.counters)
-        for cid in ids:
-            item = pipe.map.counters.get(cid)
-            if item is None:
-                raise P4RTError(Code.NOT_FOUND, f"counter_id {cid} unknown")
-            arr, unit = item
-            indexes = [c.index.index] if c.HasField("index") else range(arr.size)
-            for i in indexes:
-                if not 0 <= i < arr.size:
-                    raise P4RTError(
-                        Code.OUT_OF_RANGE, f"counter {arr.name!r}: index {i} out of range"
-                    )
-                ce = p4r.CounterEntry(counter_id=cid)
-                ce.index.index = i
-                if unit in (p4i.CounterSpec.PACKETS, p4i.CounterSpec.BOTH):
-                    ce.data.packet_count = arr.cells[i][0]
-                if unit in (p4i.CounterSpec.BYTES, p4i.CounterSpec.BOTH):
-                    ce.data.byte_count = arr.cells[i][1]
-                out.append(p4r.Entity(counter_entry=ce))
+        for cid, (arr, unit), i in _cells("counter", pipe.map.counters, c.counter_id, c):
+            ce = p4r.CounterEntry(counter_id=cid)
+            ce.index.index = i
+            if unit in (p4i.CounterSpec.PACKETS, p4i.CounterSpec.BOTH):
+                ce.data.packet_count = arr.cells[i][0]
+            if unit in (p4i.CounterSpec.BYTES, p4i.CounterSpec.BOTH):
+                ce.data.byte_count = arr.cells[i][1]
+            out.append(p4r.Entity(counter_entry=ce))
         return out
 
     def _read_meters(self, pipe: Pipeline, m: Any) -> list[Any]:
         out = []
-        ids = [m.meter_id] if m.meter_id else list(pipe.map.meters)
-        for mid in ids:
-            arr = pipe.map.meters.get(mid)
-            if arr is None:
-                raise P4RTError(Code.NOT_FOUND, f"meter_id {mid} unknown")
-            indexes = [m.index.index] if m.HasField("index") else range(arr.size)
-            for i in indexes:
-                if not 0 <= i < arr.size:
-                    raise P4RTError(
-                        Code.OUT_OF_RANGE, f"meter {arr.name!r}: index {i} out of range"
-                    )
-                me = p4r.MeterEntry(meter_id=mid)
-                me.index.index = i
-                cfg = arr.meters[i].config()
-                if cfg is not None:
-                    me.config.cir, me.config.cburst, me.config.pir, me.config.pburst = cfg
-                out.append(p4r.Entity(meter_entry=me))
+        for mid, arr, i in _cells("meter", pipe.map.meters, m.meter_id, m):
+            me = p4r.MeterEntry(meter_id=mid)
+            me.index.index = i
+            cfg = arr.meters[i].config()
+            if cfg is not None:
+                me.config.cir, me.config.cburst, me.config.pir, me.config.pburst = cfg
+            out.append(p4r.Entity(meter_entry=me))
         return out
 
     def _read_registers(self, pipe: Pipeline, r: Any) -> list[Any]:
         out = []
-        ids = [r.register_id] if r.register_id else list(pipe.map.registers)
-        for rid in ids:
-            arr = pipe.map.registers.get(rid)
-            if arr is None:
-                raise P4RTError(Code.NOT_FOUND, f"register_id {rid} unknown")
-            indexes = [r.index.index] if r.HasField("index") else range(arr.size)
-            for i in indexes:
-                if not 0 <= i < arr.size:
-                    raise P4RTError(
-                        Code.OUT_OF_RANGE, f"register {arr.name!r}: index {i} out of range"
-                    )
-                re_ = p4r.RegisterEntry(register_id=rid)
-                re_.index.index = i
-                re_.data.bitstring = canonical(arr.cells[i])
-                out.append(p4r.Entity(register_entry=re_))
+        for rid, arr, i in _cells("register", pipe.map.registers, r.register_id, r):
+            re_ = p4r.RegisterEntry(register_id=rid)
+            re_.index.index = i
+            re_.data.bitstring = canonical(arr.cells[i])
+            out.append(p4r.Entity(register_entry=re_))
         return out
 
     def _read_pre(self, pipe: Pipeline, e: Any) -> list[Any]:
@@ -1589,3 +1558,18 @@ class P4RuntimeServer:
     def stop(self, grace: float = 0.5) -> None:
         self.service.stop()
         self.server.stop(grace).wait()
+
+
+def _cells(kind: str, arrays: Mapping[int, Any], wanted_id: int, request: Any) -> Iterator[Any]:
+    """(id, array, index) for every cell a Read of an indexed extern asks for: one id or all
+    (id 0), one index or all; unknown ids are NOT_FOUND, indexes out of range OUT_OF_RANGE."""
+    for ident in [wanted_id] if wanted_id else list(arrays):
+        item = arrays.get(ident)
+        if item is None:
+            raise P4RTError(Code.NOT_FOUND, f"{kind}_id {ident} unknown")
+        arr = item[0] if isinstance(item, tuple) else item
+        indexes = [request.index.index] if request.HasField("index") else range(arr.size)
+        for i in indexes:
+            if not 0 <= i < arr.size:
+                raise P4RTError(Code.OUT_OF_RANGE, f"{kind} {arr.name!r}: index {i} out of range")
+            yield ident, item, i
