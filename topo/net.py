@@ -85,6 +85,8 @@ class GatewayNetwork:
     spec: TopologySpec
     run_dir: Path
     target: TargetChoice = field(default_factory=select_target)
+    # The SPMs' bypass settings, e.g. {"classes": ["other"], "after_bytes": 1048576}; None: off.
+    spm_bypass: dict[str, Any] | None = None
     net: Any = None
     api_address: str = ""
     api_token: str = ""
@@ -231,6 +233,7 @@ class GatewayNetwork:
                     "alert_action": "drop",
                 },
                 "av": {"enabled": True, "clamd_socket": str(clamd_socket), "on_clamd_down": "drop"},
+                **({"bypass": self.spm_bypass} if self.spm_bypass else {}),
                 "cpm_url": f"unix:{self.cpm_socket}",
                 "token": self.api_token,
                 "eve_log": str(eve),

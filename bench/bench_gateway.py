@@ -1,0 +1,96 @@
+"""Throughput of one TCP flow (iperf3, h1 -> out1) through the whole gateway in Mininet, on the
+selected target: without deep inspection, inspected by an SPM, and offloaded after 1 MiB (bypass).
+
+    sudo .venv/bin/python -m bench.bench_gateway [--seconds 5]
+
+Needs root (Mininet). "Without inspection" runs the example policy with no chain on any class;
+"inspected" the example policy as it is; "bypass" the same with the SPMs asking the controller to
+offload flows of the service class "other" (iperf3's) after 1 MiB of clean bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from opengate.target import repo_root, select_target
+from topo.model import load_topology
+from topo.net import GatewayNetwork
+
+OUT1 = "198.51.100.20"
+
+
+def policy_without_inspection(policy: Path, folder: Path) -> Path:
+    """The example policy with every class left uninspected (no chain)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data = yaml.safe_load(policy.read_text())
+    for item in data.get("classes", []):
+        item.pop("chain", None)
+    rules = data.get("ids", {}).get("rules")
+    if rules:
+        shutil.copyfile(policy.parent / rules, folder / Path(rules).name)
+    target = folder / "policy-no-inspection.yaml"
+    target.write_text(yaml.safe_dump(data, sort_keys=False))
+    return target
+
+
+def measure(network: GatewayNetwork, seconds: int) -> dict[str, Any]:
+    result = network.run("h1", f"iperf3 -c {OUT1} -t {seconds} -J", timeout=seconds + 60)
+    if result.returncode != 0:
+        return {"error": result.output.strip().splitlines()[-1:] or ["iperf3 failed"]}
+    report = json.loads(result.output)
+    end = report["end"]
+    return {
+        "mbps": end["sum_received"]["bits_per_second"] / 1e6,
+        "retransmits": end["sum_sent"].get("retransmits", 0),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=int, default=5)
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench_gateway: skipped, Mininet needs root")
+        return 0
+    root = repo_root()
+    spec = load_topology(root / "topo" / "gateway.yaml", root=root)
+    run_dir = root / "run" / "bench-gateway"
+    choice = select_target()
+    scenarios: list[tuple[str, Any, dict[str, Any] | None]] = [
+        (
+            "without inspection",
+            dataclasses.replace(spec, policy=policy_without_inspection(spec.policy, run_dir)),
+            None,
+        ),
+        ("inspected by an SPM", spec, None),
+        ("bypass after 1 MiB", spec, {"classes": ["other"], "after_bytes": 1 << 20}),
+    ]
+    rows = []
+    for name, scenario_spec, bypass in scenarios:
+        with GatewayNetwork(scenario_spec, run_dir, target=choice, spm_bypass=bypass) as network:
+            rows.append((name, measure(network, args.seconds)))
+    print(
+        f"Command: `{' '.join(['python -m bench.bench_gateway', *(argv or sys.argv[1:])])}`, "
+        f"target {choice.target.value}, iperf3 single TCP flow h1 -> out1, {args.seconds} s\n"
+    )
+    print("| path | Mbit/s | retransmits |")
+    print("|---|---:|---:|")
+    for name, result in rows:
+        if "error" in result:
+            print(f"| {name} | failed: {result['error'][0]} | |")
+        else:
+            print(f"| {name} | {result['mbps']:.1f} | {result['retransmits']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
