@@ -1134,11 +1134,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
 
     def _read_members(self, pipe: Pipeline, m: Any) -> list[Any]:
         out = []
-        pids = [m.action_profile_id] if m.action_profile_id else list(pipe.map.profiles)
-        for pid in pids:
-            pinfo = pipe.map.profiles.get(pid)
-            if pinfo is None:
-                raise P4RTError(Code.NOT_FOUND, f"action_profile_id {pid} unknown")
+        for pid, pinfo in _profiles(pipe, m.action_profile_id):
             for mid, member in sorted(pinfo.profile.members.items()):
                 if m.member_id and mid != m.member_id:
                     continue
@@ -1150,11 +1146,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
 
     def _read_groups(self, pipe: Pipeline, g: Any) -> list[Any]:
         out = []
-        pids = [g.action_profile_id] if g.action_profile_id else list(pipe.map.profiles)
-        for pid in pids:
-            pinfo = pipe.map.profiles.get(pid)
-            if pinfo is None:
-                raise P4RTError(Code.NOT_FOUND, f"action_profile_id {pid} unknown")
+        for pid, pinfo in _profiles(pipe, g.action_profile_id):
             for gid, group in sorted(pinfo.profile.groups.items()):
                 if g.group_id and gid != g.group_id:
                     continue
@@ -1573,3 +1565,12 @@ def _cells(kind: str, arrays: Mapping[int, Any], wanted_id: int, request: Any) -
             if not 0 <= i < arr.size:
                 raise P4RTError(Code.OUT_OF_RANGE, f"{kind} {arr.name!r}: index {i} out of range")
             yield ident, item, i
+
+
+def _profiles(pipe: Pipeline, wanted_id: int) -> Iterator[tuple[int, Any]]:
+    """The action profiles a Read asks for: one (unknown: NOT_FOUND) or all (id 0)."""
+    for pid in [wanted_id] if wanted_id else list(pipe.map.profiles):
+        pinfo = pipe.map.profiles.get(pid)
+        if pinfo is None:
+            raise P4RTError(Code.NOT_FOUND, f"action_profile_id {pid} unknown")
+        yield pid, pinfo
