@@ -60,23 +60,17 @@ from opengate.target import (
     select_target,
     shared_data_dir,
 )
+from opengate.testbed import HOST_IN_MAC, INSIDE, OUTSIDE, TAG_BASE, ip
 from softswitch.engine import Dataplane
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.switch import Switch
 
-INSIDE, OUTSIDE = 1, 2
 GW_MAC = {INSIDE: 0x020000000001, OUTSIDE: 0x020000000002}
-HOST_IN_MAC = "00:00:00:00:01:10"
 NEXT_HOP_MAC = 0x000000000220
-TAG_BASE = 0x0100
 SESSIONS = 1000
 CLASSBENCH = "classbench/acl1_1k"
 WRITE_BATCH = 5000
 PAIRS = (("ogb-s1", "ogb-p1"), ("ogb-s2", "ogb-p2"))
-
-
-def ip(text: str) -> int:
-    return int(ipaddress.IPv4Address(text))
 
 
 # -- the installed state -----------------------------------------------------------------------

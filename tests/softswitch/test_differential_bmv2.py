@@ -45,25 +45,35 @@ from opengate.p4info import P4Schema
 from opengate.p4rt import P4RuntimeClient, P4RuntimeError, entity_of
 from opengate.switch import running_switch
 from opengate.target import BMV2_BINARY, TargetError, p4_build_dir, repo_root, select_target
+from opengate.testbed import (
+    GW_IN_IP,
+    GW_MAC,
+    GW_OUT_IP,
+    HOST_IN,
+    HOST_IN_MAC,
+    HOST_OUT,
+    HOST_OUT_MAC,
+    INSIDE,
+    OUTSIDE,
+    POOL,
+    SPM_A,
+    SPM_B,
+    SPM_MAC,
+    TAG_BASE,
+    ip,
+    mac,
+    session_entry,
+    tag_mac,
+)
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.needs_bmv2, pytest.mark.slow]
 
-INSIDE, OUTSIDE, SPM_A, SPM_B = 1, 2, 3, 4
+
 PORTS = (INSIDE, OUTSIDE, SPM_A, SPM_B)
 SOFT_PAIRS = tuple((f"ogd-s{n}", f"ogd-p{n}") for n in PORTS)
 BMV2_PAIRS = tuple((f"ogd-b{n}", f"ogd-q{n}") for n in PORTS)
 
-GW_MAC = {INSIDE: "02:00:00:00:00:01", OUTSIDE: "02:00:00:00:00:02"}
-HOST_IN_MAC = "00:00:00:00:01:10"
-HOST_OUT_MAC = "00:00:00:00:02:20"
-SPM_MAC = {SPM_A: "00:00:00:00:03:33", SPM_B: "00:00:00:00:04:44"}
-HOST_IN = "10.0.1.10"
 HOST_MASQ = "10.0.1.200"  # in the masqueraded half of the inside network
-HOST_OUT = "198.51.100.20"
-GW_OUT_IP = "203.0.113.1"
-GW_IN_IP = "10.0.1.1"
-TAG_BASE = 0x0100
-POOL = 7
 INSPECTED = 3
 GROUP = 100 + POOL
 
@@ -80,19 +90,6 @@ PACKET_OUTGOING = 4
 TP_STATUS_VLAN_VALID = 0x10
 TP_STATUS_VLAN_TPID_VALID = 0x40
 _AUX = struct.Struct("=IIIHHHH")
-
-
-def mac(text: str) -> int:
-    return int(text.replace(":", ""), 16)
-
-
-def ip(text: str) -> int:
-    return int.from_bytes(socket.inet_aton(text), "big")
-
-
-def tag_mac(tag: int) -> str:
-    value = (pc.TAG_MAC_PREFIX << 16) | tag
-    return ":".join(f"{(value >> shift) & 0xFF:02x}" for shift in range(40, -8, -8))
 
 
 # -- the configuration both targets get ---------------------------------------------------------
@@ -243,41 +240,7 @@ def classification_entries() -> list[TableEntry]:
     return out
 
 
-def session(
-    src: str,
-    dst: str,
-    proto: int,
-    sport: int,
-    dport: int,
-    *,
-    class_id: int = 0,
-    spm_port: int = 0,
-    nat_kind: int = 0,
-    nat_addr: str = "0.0.0.0",
-    nat_port: int = 0,
-    nat_before_spm: int = 0,
-    block: bool = False,
-) -> TableEntry:
-    """As OpenGateTest.session_entry."""
-    match: dict[str, MatchValue] = {
-        "ipv4_src": Exact(ip(src)),
-        "ipv4_dst": Exact(ip(dst)),
-        "ip_proto": Exact(proto),
-        "l4_sport": Exact(sport),
-        "l4_dport": Exact(dport),
-    }
-    if block:
-        return TableEntry.make(pc.T_SESSION, match, pc.A_SESSION_BLOCK)
-    params = {
-        "class_id": class_id,
-        "spm_port": spm_port,
-        "spm_mac": mac(SPM_MAC[spm_port]) if spm_port else 0,
-        "nat_kind": nat_kind,
-        "nat_addr": ip(nat_addr),
-        "nat_port": nat_port,
-        "nat_before_spm": nat_before_spm,
-    }
-    return TableEntry.make(pc.T_SESSION, match, pc.A_SESSION_FORWARD, params)
+session = session_entry
 
 
 def session_entries() -> list[TableEntry]:
