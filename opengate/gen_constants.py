@@ -99,6 +99,11 @@ def render(p4info_paths: Sequence[Path], defines_path: Path) -> str:
             f'    "{action.preamble.name}": ({names}{"," if len(action.params) == 1 else ""}),'
         )
     out.append("}")
+    out.append("# Declared table sizes (entries) of the v1model build, per table.")
+    out.append("TABLE_SIZES: dict[str, int] = {")
+    for table in sorted(info.tables, key=lambda t: t.preamble.name):
+        out.append(f'    "{table.preamble.name}": {table.size},')
+    out.append("}")
     out.append("")
     out.append("# Controller packet metadata fields.")
     for kind, fields in sorted(schema.packet_metadata.items()):

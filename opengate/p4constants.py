@@ -147,6 +147,34 @@ ACTION_PARAMS: dict[str, tuple[str, ...]] = {
     "set_sp_index": ("acl_index", "ids_index"),
     "steer_to_spm": ("port", "spm_mac"),
 }
+# Declared table sizes (entries) of the v1model build, per table.
+TABLE_SIZES: dict[str, int] = {
+    "acl_addr_pair": 1048576,
+    "acl_naive": 16384,
+    "acl_port_pair": 1048576,
+    "acl_verdict": 1048576,
+    "arp_responder": 256,
+    "class_policy": 256,
+    "classifier_version": 1,
+    "da_segment": 65536,
+    "dnat_rule": 1024,
+    "dp_segment": 65536,
+    "ids_addr_pair": 1048576,
+    "ids_classification": 1048576,
+    "ids_naive": 16384,
+    "ids_port_pair": 1048576,
+    "npm_identity": 1,
+    "port_role": 512,
+    "proto_segment": 256,
+    "router_mac": 512,
+    "routing": 4096,
+    "sa_segment": 65536,
+    "session": 262144,
+    "snat_rule": 1024,
+    "sp_segment": 65536,
+    "spm_return": 1024,
+    "spm_select": 1024,
+}
 
 # Controller packet metadata fields.
 PACKET_IN_FIELDS = ("ingress_port", "reason", "ids_class", "acl_rule", "spm_port", "_pad",)

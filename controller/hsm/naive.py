@@ -63,7 +63,7 @@ def compile_naive(
     entries: list[TableEntry] = []
     for table, terms in ((schema.ACL_NAIVE, a_terms), (schema.IDS_NAIVE, i_terms)):
         rows = naive_entries(table, terms)
-        limit = (limits or {}).get(table, schema.NAIVE_ACL_TABLE_SIZE)
+        limit = (limits or {}).get(table, schema.table_capacity(table))
         if len(rows) > limit:
             raise TableOverflow(table, len(rows), limit)
         entries += rows

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from opengate import p4constants as pc
+
 VERSION_KEY = "version"
 RULE_NONE = 0xFFFFFFFF
 SEG_INDEX_BITS = 16
@@ -86,13 +88,6 @@ ACL_NAIVE = "acl_naive"
 IDS_NAIVE = "ids_naive"
 NAIVE_KEYS = ("ipv4_src", "ipv4_dst", "l4_sport", "l4_dport", "ip_proto")
 
-# Table sizes from p4src/include/sizes.p4. Both banks share one table, so a bank may use half.
-SEGMENT_TABLE_SIZE = 65536
-PAIR_TABLE_SIZE = 1048576
-VERDICT_TABLE_SIZE = 1048576
-CLASS_TABLE_SIZE = 256
-NAIVE_ACL_TABLE_SIZE = 16384
-
 HSM_TABLES: tuple[str, ...] = (
     *(t.name for t in SEGMENT_TABLES),
     ACL_CHAIN.addr_pair,
@@ -105,12 +100,5 @@ HSM_TABLES: tuple[str, ...] = (
 
 
 def table_capacity(table: str) -> int:
-    if table == "proto_segment":
-        return CLASS_TABLE_SIZE
-    if table.endswith("_segment"):
-        return SEGMENT_TABLE_SIZE
-    if table in (ACL_CHAIN.final, IDS_CHAIN.final):
-        return VERDICT_TABLE_SIZE
-    if table in (ACL_NAIVE, IDS_NAIVE):
-        return NAIVE_ACL_TABLE_SIZE
-    return PAIR_TABLE_SIZE
+    """Entries `table` holds (both banks together), as the P4 program declares it (P4Info)."""
+    return pc.TABLE_SIZES[table]

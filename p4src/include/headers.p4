@@ -148,7 +148,6 @@ struct local_metadata_t {
     // Parsed view.
     l4_port_t   l4_sport;            // TCP/UDP port; ICMP echo request: identifier
     l4_port_t   l4_dport;            // TCP/UDP port; ICMP echo reply: identifier
-    bit<16>     l4_len;              // IPv4 payload length, for the pseudo-header
     bit<8>      tcp_flags;
 
     // Port role and next-hop tag.
@@ -192,10 +191,8 @@ struct local_metadata_t {
     rule_id_t     ids_rule;
 
     // Steering: direction-agnostic flow key for the SPM selector.
-    ipv4_addr_t flow_lo_addr;
-    ipv4_addr_t flow_hi_addr;
-    l4_port_t   flow_lo_port;
-    l4_port_t   flow_hi_port;
+    ipv4_addr_t flow_addr_mix;       // src ^ dst
+    l4_port_t   flow_port_mix;       // sport ^ dport
     bit<16>     spm_pool;
     bit<1>      steer;
 
@@ -206,6 +203,12 @@ struct local_metadata_t {
     bit<1>        dnat_required;
     meter_color_t class_color;
     meter_color_t cpu_color;
+
+    // Used by the TNA shell only (empty hooks on v1model): the parser's IPv4 checksum verdict, the
+    // L4 checksum residual, and whether NAT changed a field the L4 checksum covers.
+    bool          ipv4_checksum_ok;
+    bit<16>       l4_residual;
+    bit<1>        l4_checksum_update;
 }
 
 // Drop the packet for `reason`, unless an earlier stage already did: the first reason counts.

@@ -1,6 +1,8 @@
 // The architecture-neutral parser: Ethernet, 802.1Q, ARP, IPv4 (with options), TCP, UDP, ICMP.
 // The architecture shells call it after their own intrinsic metadata (e.g. Tofino port metadata).
-// Packets from the CPU port start with the packet-out header.
+// Packets from the CPU port start with the packet-out header. The OG_PARSER_* hooks are empty on
+// v1model (its checksum units work on whole headers); on TNA they feed the parser's Checksum
+// externs (IPv4 verification, TCP/UDP/ICMP residuals for the deparser's incremental update).
 #ifndef OPENGATE_PARSER_P4
 #define OPENGATE_PARSER_P4
 
@@ -8,9 +10,11 @@
 
 parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t meta,
                       in port_id_t ingress_port) {
+    OG_PARSER_DECLS
+
     state start {
         transition select(ingress_port) {
-            CPU_PORT: parse_packet_out;
+            OG_WIRE_CPU_PORT: parse_packet_out;
             default: parse_ethernet;
         }
     }
@@ -46,7 +50,7 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
 
     state parse_ipv4 {
         pkt.extract(hdr.ipv4);
-        meta.l4_len = hdr.ipv4.total_len - (((bit<16>)hdr.ipv4.ihl) << 2);
+        OG_PARSER_IPV4(hdr, meta);
         transition select(hdr.ipv4.ihl) {
             0 .. 4: accept;             // malformed; validation drops it
             5: parse_l4;
@@ -56,10 +60,12 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
 
     state parse_ipv4_options {
         pkt.extract(hdr.ipv4_options, (bit<32>)((((bit<16>)hdr.ipv4.ihl) - 5) << 5));
+        OG_PARSER_IPV4_OPTIONS(hdr, meta);
         transition parse_l4;
     }
 
     state parse_l4 {
+        OG_PARSER_IPV4_END(hdr, meta);
         // Only first fragments carry the transport header.
         transition select(hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
             (0, IP_PROTO_TCP): parse_tcp;
@@ -71,6 +77,7 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
 
     state parse_tcp {
         pkt.extract(hdr.tcp);
+        OG_PARSER_TCP(hdr, meta);
         meta.l4_sport = hdr.tcp.sport;
         meta.l4_dport = hdr.tcp.dport;
         meta.tcp_flags = hdr.tcp.flags;
@@ -79,6 +86,7 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
 
     state parse_udp {
         pkt.extract(hdr.udp);
+        OG_PARSER_UDP(hdr, meta);
         meta.l4_sport = hdr.udp.sport;
         meta.l4_dport = hdr.udp.dport;
         transition accept;
@@ -86,6 +94,7 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
 
     state parse_icmp {
         pkt.extract(hdr.icmp);
+        OG_PARSER_ICMP(hdr, meta);
         transition select(hdr.icmp.icmp_type) {
             ICMP_ECHO_REQUEST: parse_icmp_echo_request;
             ICMP_ECHO_REPLY: parse_icmp_echo_reply;

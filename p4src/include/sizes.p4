@@ -1,20 +1,30 @@
-// Table and extern sizes. Tofino sizes live in the TNA shell; these are for v1model targets.
+// Table and extern sizes for the v1model targets (BMv2, the built-in switch). The TNA shell uses
+// include/arch/tna_sizes.p4 instead, sized for Tofino's memories.
 #ifndef OPENGATE_SIZES_P4
 #define OPENGATE_SIZES_P4
 
-#define PORT_TABLE_SIZE        512
-#define TAG_TABLE_SIZE         1024
-#define SESSION_TABLE_SIZE     262144
-#define SEGMENT_TABLE_SIZE     65536
-#define PAIR_TABLE_SIZE        1048576
-#define VERDICT_TABLE_SIZE     1048576
-#define NAIVE_ACL_TABLE_SIZE   16384
-#define CLASS_TABLE_SIZE       256
-#define SPM_POOL_SIZE          1024
-#define SPM_SELECTOR_WIDTH     16
-#define ROUTE_TABLE_SIZE       4096
-#define NAT_TABLE_SIZE         1024
-#define ARP_TABLE_SIZE         256
-#define PORT_COUNTER_SIZE      512
+#define PORT_TABLE_SIZE           512
+#define TAG_TABLE_SIZE            1024
+#define SESSION_TABLE_SIZE        262144
+#define ACL_NAIVE_TABLE_SIZE      16384
+#define IDS_NAIVE_TABLE_SIZE      16384
+#define SA_SEGMENT_TABLE_SIZE     65536
+#define DA_SEGMENT_TABLE_SIZE     65536
+#define SP_SEGMENT_TABLE_SIZE     65536
+#define DP_SEGMENT_TABLE_SIZE     65536
+#define PROTO_SEGMENT_TABLE_SIZE  256
+#define ACL_ADDR_PAIR_TABLE_SIZE  1048576
+#define ACL_PORT_PAIR_TABLE_SIZE  1048576
+#define ACL_VERDICT_TABLE_SIZE    1048576
+#define IDS_ADDR_PAIR_TABLE_SIZE  1048576
+#define IDS_PORT_PAIR_TABLE_SIZE  1048576
+#define IDS_CLASS_TABLE_SIZE      1048576
+#define CLASS_TABLE_SIZE          256
+#define SPM_POOL_SIZE             1024
+#define SPM_SELECTOR_WIDTH        16
+#define ROUTE_TABLE_SIZE          4096
+#define NAT_TABLE_SIZE            1024
+#define ARP_TABLE_SIZE            256
+#define PORT_COUNTER_SIZE         512
 
 #endif

@@ -1,5 +1,6 @@
-// How the shared controls name the v1model externs. The TNA shell defines the same macros with
-// Tofino externs, so that control bodies are written once.
+// How the shared controls and the shared parser name the v1model externs and architecture hooks.
+// The TNA shell defines the same macros with Tofino externs (include/arch/tna_externs.p4), so that
+// control bodies are written once.
 #ifndef OPENGATE_ARCH_V1MODEL_EXTERNS_P4
 #define OPENGATE_ARCH_V1MODEL_EXTERNS_P4
 
@@ -14,5 +15,25 @@
 #define OG_METER_IS_RED(color) ((color) == METER_RED)
 #define OG_SPM_SELECTOR(name) action_selector(HashAlgorithm.crc16, SPM_POOL_SIZE, SPM_SELECTOR_WIDTH) name
 #define OG_SESSION_IDLE_TIMEOUT support_timeout = true
+
+// The CPU port as the parser sees it (the same number as the pipeline's CPU_PORT on v1model).
+#define OG_WIRE_CPU_PORT CPU_PORT
+
+// Parser hooks: nothing to do, the shell's verify_checksum/update_checksum see whole headers.
+#define OG_PARSER_DECLS
+#define OG_PARSER_IPV4(hdr, meta)
+#define OG_PARSER_IPV4_OPTIONS(hdr, meta)
+#define OG_PARSER_IPV4_END(hdr, meta)
+#define OG_PARSER_TCP(hdr, meta)
+#define OG_PARSER_UDP(hdr, meta)
+#define OG_PARSER_ICMP(hdr, meta)
+
+// Ingress knows the frame length, so an IPv4 total length longer than the frame is caught.
+#define OG_IPV4_LONGER_THAN_FRAME(hdr, meta, l2_len) \
+    (((bit<32>)(hdr).ipv4.total_len) + (l2_len) > (meta).packet_length)
+
+// L4 checksum after NAT: incremental update in the control (RFC 1624).
+#define OG_L4_CSUM_REPLACE(meta, csum, old_v, new_v, old_p, new_p) \
+    csum = csum_replace(csum, old_v, new_v, old_p, new_p)
 
 #endif

@@ -47,7 +47,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         }
         actions = { acl_permit; acl_deny; acl_to_cpu; }
         default_action = acl_deny(RULE_NONE);
-        size = NAIVE_ACL_TABLE_SIZE;
+        size = ACL_NAIVE_TABLE_SIZE;
     }
 
     @name(".ids_naive")
@@ -61,7 +61,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         }
         actions = { set_ids_class; }
         default_action = set_ids_class(0, RULE_NONE);
-        size = NAIVE_ACL_TABLE_SIZE;
+        size = IDS_NAIVE_TABLE_SIZE;
     }
 
     apply {
@@ -121,7 +121,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         }
         actions = { set_sa_index; }
         const default_action = set_sa_index(0, 0);
-        size = SEGMENT_TABLE_SIZE;
+        size = SA_SEGMENT_TABLE_SIZE;
     }
 
     @name(".da_segment")
@@ -132,7 +132,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         }
         actions = { set_da_index; }
         const default_action = set_da_index(0, 0);
-        size = SEGMENT_TABLE_SIZE;
+        size = DA_SEGMENT_TABLE_SIZE;
     }
 
     @name(".sp_segment")
@@ -143,7 +143,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         }
         actions = { set_sp_index; }
         const default_action = set_sp_index(0, 0);
-        size = SEGMENT_TABLE_SIZE;
+        size = SP_SEGMENT_TABLE_SIZE;
     }
 
     @name(".dp_segment")
@@ -154,7 +154,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         }
         actions = { set_dp_index; }
         const default_action = set_dp_index(0, 0);
-        size = SEGMENT_TABLE_SIZE;
+        size = DP_SEGMENT_TABLE_SIZE;
     }
 
     @name(".proto_segment")
@@ -165,7 +165,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         }
         actions = { set_proto_index; }
         const default_action = set_proto_index(0, 0);
-        size = CLASS_TABLE_SIZE;
+        size = PROTO_SEGMENT_TABLE_SIZE;
     }
 
     // ACL aggregation.
@@ -188,7 +188,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         }
         actions = { set_acl_addr_index; }
         const default_action = set_acl_addr_index(0);
-        size = PAIR_TABLE_SIZE;
+        size = ACL_ADDR_PAIR_TABLE_SIZE;
     }
 
     @name(".acl_port_pair")
@@ -200,7 +200,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         }
         actions = { set_acl_port_index; }
         const default_action = set_acl_port_index(0);
-        size = PAIR_TABLE_SIZE;
+        size = ACL_PORT_PAIR_TABLE_SIZE;
     }
 
     @name(".acl_verdict")
@@ -213,7 +213,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         }
         actions = { acl_permit; acl_deny; acl_to_cpu; }
         default_action = acl_deny(RULE_NONE);   // the policy's default verdict, set by the CPM
-        size = VERDICT_TABLE_SIZE;
+        size = ACL_VERDICT_TABLE_SIZE;
     }
 
     // IDS aggregation.
@@ -236,7 +236,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         }
         actions = { set_ids_addr_index; }
         const default_action = set_ids_addr_index(0);
-        size = PAIR_TABLE_SIZE;
+        size = IDS_ADDR_PAIR_TABLE_SIZE;
     }
 
     @name(".ids_port_pair")
@@ -248,7 +248,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         }
         actions = { set_ids_port_index; }
         const default_action = set_ids_port_index(0);
-        size = PAIR_TABLE_SIZE;
+        size = IDS_PORT_PAIR_TABLE_SIZE;
     }
 
     @name(".ids_classification")
@@ -261,7 +261,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         }
         actions = { set_ids_class; }
         const default_action = set_ids_class(0, RULE_NONE);
-        size = VERDICT_TABLE_SIZE;
+        size = IDS_CLASS_TABLE_SIZE;
     }
 
     apply {

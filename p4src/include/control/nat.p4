@@ -5,7 +5,9 @@
 #define OPENGATE_CONTROL_NAT_P4
 
 // One's-complement update of `csum` when a 32-bit word changes from old_v to new_v and a 16-bit
-// word from old_p to new_p: HC' = ~(~HC + ~m + m').
+// word from old_p to new_p: HC' = ~(~HC + ~m + m'). The v1model shell's OG_L4_CSUM_REPLACE uses
+// it; the TNA shell instead flags the packet and its deparser's Checksum extern recomputes the
+// checksum from the residual the parser deposited.
 bit<16> csum_replace(in bit<16> csum, in bit<32> old_v, in bit<32> new_v,
                      in bit<16> old_p, in bit<16> new_p) {
     bit<32> sum = (bit<32>)(~csum)
@@ -67,12 +69,12 @@ control Nat(inout headers_t hdr, inout local_metadata_t meta) {
             ipv4_addr_t old_addr = hdr.ipv4.src_addr;
             hdr.ipv4.src_addr = meta.nat_addr;
             if (hdr.tcp.isValid()) {
-                hdr.tcp.checksum = csum_replace(hdr.tcp.checksum, old_addr, meta.nat_addr,
+                OG_L4_CSUM_REPLACE(meta, hdr.tcp.checksum, old_addr, meta.nat_addr,
                                                 hdr.tcp.sport, meta.nat_port);
                 hdr.tcp.sport = meta.nat_port;
             } else if (hdr.udp.isValid()) {
                 if (hdr.udp.checksum != 0) {
-                    hdr.udp.checksum = csum_replace(hdr.udp.checksum, old_addr, meta.nat_addr,
+                    OG_L4_CSUM_REPLACE(meta, hdr.udp.checksum, old_addr, meta.nat_addr,
                                                     hdr.udp.sport, meta.nat_port);
                     if (hdr.udp.checksum == 0) {
                         hdr.udp.checksum = 0xffff;
@@ -81,7 +83,7 @@ control Nat(inout headers_t hdr, inout local_metadata_t meta) {
                 hdr.udp.sport = meta.nat_port;
             } else if (hdr.icmp.isValid() && hdr.icmp.icmp_type == ICMP_ECHO_REQUEST) {
                 // No pseudo-header in ICMP: only the identifier enters its checksum.
-                hdr.icmp.checksum = csum_replace(hdr.icmp.checksum, 0, 0,
+                OG_L4_CSUM_REPLACE(meta, hdr.icmp.checksum, 0, 0,
                                                  hdr.icmp.identifier, meta.nat_port);
                 hdr.icmp.identifier = meta.nat_port;
             }
@@ -91,12 +93,12 @@ control Nat(inout headers_t hdr, inout local_metadata_t meta) {
             ipv4_addr_t old_addr = hdr.ipv4.dst_addr;
             hdr.ipv4.dst_addr = meta.nat_addr;
             if (hdr.tcp.isValid()) {
-                hdr.tcp.checksum = csum_replace(hdr.tcp.checksum, old_addr, meta.nat_addr,
+                OG_L4_CSUM_REPLACE(meta, hdr.tcp.checksum, old_addr, meta.nat_addr,
                                                 hdr.tcp.dport, meta.nat_port);
                 hdr.tcp.dport = meta.nat_port;
             } else if (hdr.udp.isValid()) {
                 if (hdr.udp.checksum != 0) {
-                    hdr.udp.checksum = csum_replace(hdr.udp.checksum, old_addr, meta.nat_addr,
+                    OG_L4_CSUM_REPLACE(meta, hdr.udp.checksum, old_addr, meta.nat_addr,
                                                     hdr.udp.dport, meta.nat_port);
                     if (hdr.udp.checksum == 0) {
                         hdr.udp.checksum = 0xffff;
@@ -104,7 +106,7 @@ control Nat(inout headers_t hdr, inout local_metadata_t meta) {
                 }
                 hdr.udp.dport = meta.nat_port;
             } else if (hdr.icmp.isValid() && hdr.icmp.icmp_type == ICMP_ECHO_REPLY) {
-                hdr.icmp.checksum = csum_replace(hdr.icmp.checksum, 0, 0,
+                OG_L4_CSUM_REPLACE(meta, hdr.icmp.checksum, 0, 0,
                                                  hdr.icmp.identifier, meta.nat_port);
                 hdr.icmp.identifier = meta.nat_port;
             }

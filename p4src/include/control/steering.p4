@@ -1,5 +1,5 @@
 // Step 6: choose an SPM for a new flow whose IDS class needs deep inspection. A weighted action
-// selector over the class's SPM pool, hashed on a direction-agnostic flow key, so that both
+// selector over the class's SPM pool, hashed on a direction-agnostic flow key (addresses and ports XORed), so that both
 // directions of a flow pick the same SPM. The choice is then pinned in the session entries.
 #ifndef OPENGATE_CONTROL_STEERING_P4
 #define OPENGATE_CONTROL_STEERING_P4
@@ -44,11 +44,9 @@ control Steering(inout headers_t hdr, inout local_metadata_t meta) {
     table spm_select {
         key = {
             meta.spm_pool       : exact @name("pool");
-            meta.flow_lo_addr   : selector;
-            meta.flow_hi_addr   : selector;
+            meta.flow_addr_mix  : selector;
             hdr.ipv4.protocol   : selector;
-            meta.flow_lo_port   : selector;
-            meta.flow_hi_port   : selector;
+            meta.flow_port_mix  : selector;
         }
         actions = { steer_to_spm; }
         implementation = spm_selector;
@@ -58,20 +56,10 @@ control Steering(inout headers_t hdr, inout local_metadata_t meta) {
     apply {
         class_policy.apply();
         if (needs_inspection == 1) {
-            if (hdr.ipv4.src_addr <= hdr.ipv4.dst_addr) {
-                meta.flow_lo_addr = hdr.ipv4.src_addr;
-                meta.flow_hi_addr = hdr.ipv4.dst_addr;
-            } else {
-                meta.flow_lo_addr = hdr.ipv4.dst_addr;
-                meta.flow_hi_addr = hdr.ipv4.src_addr;
-            }
-            if (meta.l4_sport <= meta.l4_dport) {
-                meta.flow_lo_port = meta.l4_sport;
-                meta.flow_hi_port = meta.l4_dport;
-            } else {
-                meta.flow_lo_port = meta.l4_dport;
-                meta.flow_hi_port = meta.l4_sport;
-            }
+            // XOR is symmetric: a flow and its reverse give the same key, with no comparison
+            // of two fields (which Tofino's gateways cannot do).
+            meta.flow_addr_mix = hdr.ipv4.src_addr ^ hdr.ipv4.dst_addr;
+            meta.flow_port_mix = meta.l4_sport ^ meta.l4_dport;
             spm_select.apply();
             if (meta.spm_port == 0 && fail_open == 0) {
                 mark_dropped(meta, DROP_NO_SPM);

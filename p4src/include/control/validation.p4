@@ -16,7 +16,7 @@ control Validation(inout headers_t hdr, inout local_metadata_t meta) {
                 mark_dropped(meta, DROP_BAD_IPV4_HEADER);
             } else if (meta.checksum_error == 1) {
                 mark_dropped(meta, DROP_BAD_CHECKSUM);
-            } else if (((bit<32>)hdr.ipv4.total_len) + l2_len > meta.packet_length) {
+            } else if (OG_IPV4_LONGER_THAN_FRAME(hdr, meta, l2_len)) {
                 mark_dropped(meta, DROP_TRUNCATED);
             } else if (hdr.ipv4.frag_offset != 0) {
                 // Non-first fragments carry no ports, so no session can match them.

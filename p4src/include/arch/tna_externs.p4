@@ -1,0 +1,74 @@
+// How the shared controls and the shared parser name the Tofino (TNA / T2NA) externs and
+// architecture hooks; the v1model twin is include/arch/v1model_externs.p4. Each macro keeps the
+// meaning its v1model version has, with the Tofino way of getting it (README "Running on Tofino").
+#ifndef OPENGATE_ARCH_TNA_EXTERNS_P4
+#define OPENGATE_ARCH_TNA_EXTERNS_P4
+
+#if __TARGET_TOFINO__ == 2
+#include <t2na.p4>
+#else
+#include <tna.p4>
+#endif
+
+// The PCIe CPU port: 320 on a 4-pipe Tofino (pipe 2, port 64), 0 on Tofino 2. Override with
+// -DOG_TOFINO_CPU_PORT=... (e.g. 192 on a 2-pipe part). The pipeline keeps using its logical
+// CPU_PORT (255, not a front-panel port on Tofino); the shell translates at the edges.
+#ifndef OG_TOFINO_CPU_PORT
+#if __TARGET_TOFINO__ == 2
+#define OG_TOFINO_CPU_PORT 0
+#else
+#define OG_TOFINO_CPU_PORT 320
+#endif
+#endif
+
+#define OG_DIRECT_COUNTER(name) DirectCounter<bit<64>>(CounterType_t.PACKETS_AND_BYTES) name
+#define OG_DIRECT_COUNT(name) name.count()
+#define OG_COUNTER(name, size) Counter<bit<64>, bit<32>>((bit<32>)(size), CounterType_t.PACKETS_AND_BYTES) name
+#define OG_COUNT(name, index) name.count((bit<32>)(index))
+#define OG_METER(name, size) Meter<bit<32>>((bit<32>)(size), MeterType_t.BYTES) name
+#define OG_METER_EXECUTE(name, index, color) color = (meter_color_t)name.execute((bit<32>)(index))
+// TNA colours: green 0, yellow 1, red 3.
+#define OG_METER_IS_RED(color) ((color) == 3)
+// The selector: CRC16 over the selector keys, fair (weighted by member replication) groups.
+#define OG_SPM_SELECTOR(name) \
+    ActionSelector(ActionProfile(SPM_POOL_SIZE), Hash<bit<16>>(HashAlgorithm_t.CRC16), \
+                   SelectorMode_t.FAIR, SPM_MAX_GROUP_SIZE, SPM_POOL_GROUPS) name
+// Session ageing by the table's idle timeout (the driver reports idle entries to the control
+// plane, which P4Runtime exposes as IdleTimeoutNotification, like v1model's support_timeout).
+#define OG_SESSION_IDLE_TIMEOUT idle_timeout = true
+
+#define OG_WIRE_CPU_PORT OG_TOFINO_CPU_PORT
+
+// Parser hooks. ipv4_checksum verifies the IPv4 header (options included). l4_checksum and
+// icmp_checksum leave in meta.l4_residual the checksum of everything NAT does not change, so that
+// the deparser recomputes the L4 checksum from the residual and the (possibly rewritten) fields.
+#define OG_PARSER_DECLS \
+    Checksum() ipv4_checksum; \
+    Checksum() l4_checksum; \
+    Checksum() icmp_checksum;
+#define OG_PARSER_IPV4(hdr, meta) \
+    ipv4_checksum.add(hdr.ipv4); \
+    l4_checksum.subtract({hdr.ipv4.src_addr, hdr.ipv4.dst_addr})
+#define OG_PARSER_IPV4_OPTIONS(hdr, meta) ipv4_checksum.add(hdr.ipv4_options)
+#define OG_PARSER_IPV4_END(hdr, meta) meta.ipv4_checksum_ok = ipv4_checksum.verify()
+#define OG_PARSER_TCP(hdr, meta) \
+    l4_checksum.subtract({hdr.tcp.checksum}); \
+    l4_checksum.subtract({hdr.tcp.sport, hdr.tcp.dport}); \
+    l4_checksum.subtract_all_and_deposit(meta.l4_residual)
+#define OG_PARSER_UDP(hdr, meta) \
+    l4_checksum.subtract({hdr.udp.checksum}); \
+    l4_checksum.subtract({hdr.udp.sport, hdr.udp.dport}); \
+    l4_checksum.subtract_all_and_deposit(meta.l4_residual)
+#define OG_PARSER_ICMP(hdr, meta) \
+    icmp_checksum.subtract({hdr.icmp.checksum}); \
+    icmp_checksum.subtract({hdr.icmp.identifier}); \
+    icmp_checksum.subtract_all_and_deposit(meta.l4_residual)
+
+// Tofino's ingress has no frame length (only egress has pkt_length): the check is not made in
+// ingress. The parser still flags headers cut short (PARSER_ERROR_NO_SPACE -> DROP_TRUNCATED).
+#define OG_IPV4_LONGER_THAN_FRAME(hdr, meta, l2_len) false
+
+// L4 checksum after NAT: the deparser's Checksum extern recomputes it (see OG_PARSER_TCP).
+#define OG_L4_CSUM_REPLACE(meta, csum, old_v, new_v, old_p, new_p) meta.l4_checksum_update = 1
+
+#endif

@@ -1,0 +1,188 @@
+// OpenGate NPM pipeline, TNA shell (Tofino; -D__TARGET_TOFINO__=2 with --arch t2na for Tofino 2).
+// Everything but the architecture glue is shared with the v1model shell (include/): the parser
+// states, every control body and the table names. This file holds only what TNA does differently:
+// intrinsic metadata, the CPU port number, bridged metadata from ingress to egress, the Checksum
+// units in the deparser, digests, and the drop/egress decisions.
+#include <core.p4>
+#include "include/arch/tna_externs.p4"
+#include "include/arch/tna_sizes.p4"
+#include "include/headers.p4"
+#include "include/parser.p4"
+#include "include/pipeline.p4"
+
+const DigestType_t DIGEST_SESSION_REQUEST = 1;
+const DigestType_t DIGEST_SESSION_CLOSE   = 2;
+
+// What egress needs from ingress (v1model keeps the whole metadata struct across the queues; TNA
+// carries only this header in front of the packet, and egress strips it).
+header bridged_md_h {
+    port_id_t    ingress_port;
+    bit<7>       _pad0;
+    cpu_reason_t cpu_reason;
+    class_id_t   ids_class;
+    rule_id_t    acl_rule;
+    port_id_t    spm_port;
+    bit<7>       _pad1;
+}
+
+struct tna_headers_t {
+    bridged_md_h bridged;
+    headers_t    og;
+}
+
+parser TnaIngressParser(packet_in pkt, out tna_headers_t hdr, out local_metadata_t meta,
+                        out ingress_intrinsic_metadata_t ig_intr_md) {
+    OgPacketParser() packet_parser;
+
+    state start {
+        pkt.extract(ig_intr_md);
+        pkt.advance(PORT_METADATA_SIZE);
+        packet_parser.apply(pkt, hdr.og, meta, ig_intr_md.ingress_port);
+        transition accept;
+    }
+}
+
+control TnaIngress(inout tna_headers_t hdr, inout local_metadata_t meta,
+                   in ingress_intrinsic_metadata_t ig_intr_md,
+                   in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
+                   inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
+                   inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
+    OgIngress() pipeline;
+
+    apply {
+        if (ig_intr_md.ingress_port == OG_TOFINO_CPU_PORT) {
+            meta.ingress_port = CPU_PORT;
+        } else {
+            meta.ingress_port = ig_intr_md.ingress_port;
+        }
+        if (ig_prsr_md.parser_err != 0) {
+            meta.parser_truncated = 1;
+        }
+        if (hdr.og.ipv4.isValid() && !meta.ipv4_checksum_ok) {
+            meta.checksum_error = 1;
+        }
+        pipeline.apply(hdr.og, meta);
+        if (meta.drop == 1) {
+            ig_dprsr_md.drop_ctl = 1;
+        } else {
+            if (meta.egress_port == CPU_PORT) {
+                ig_tm_md.ucast_egress_port = OG_TOFINO_CPU_PORT;
+            } else {
+                ig_tm_md.ucast_egress_port = meta.egress_port;
+            }
+            if (meta.send_session_request == 1) {
+                ig_dprsr_md.digest_type = DIGEST_SESSION_REQUEST;
+            }
+            hdr.bridged.setValid();
+            hdr.bridged.ingress_port = meta.ingress_port;
+            hdr.bridged._pad0 = 0;
+            hdr.bridged.cpu_reason = meta.cpu_reason;
+            hdr.bridged.ids_class = meta.ids_class;
+            hdr.bridged.acl_rule = meta.acl_rule;
+            hdr.bridged.spm_port = meta.spm_port;
+            hdr.bridged._pad1 = 0;
+        }
+        if (meta.send_session_close == 1) {
+            ig_dprsr_md.digest_type = DIGEST_SESSION_CLOSE;
+        }
+    }
+}
+
+control TnaIngressDeparser(packet_out pkt, inout tna_headers_t hdr, in local_metadata_t meta,
+                           in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {
+    Checksum() ipv4_checksum;
+    Checksum() tcp_checksum;
+    Checksum() udp_checksum;
+    Checksum() icmp_checksum;
+    @name(".session_request_t")
+    Digest<session_request_t>(DIGEST_SESSION_REQUEST) session_request;
+    @name(".session_close_t")
+    Digest<session_close_t>(DIGEST_SESSION_CLOSE) session_close;
+
+    apply {
+        hdr.og.ipv4.hdr_checksum = ipv4_checksum.update({
+            hdr.og.ipv4.version, hdr.og.ipv4.ihl, hdr.og.ipv4.dscp_ecn, hdr.og.ipv4.total_len,
+            hdr.og.ipv4.identification, hdr.og.ipv4.flags, hdr.og.ipv4.frag_offset,
+            hdr.og.ipv4.ttl, hdr.og.ipv4.protocol, hdr.og.ipv4.src_addr, hdr.og.ipv4.dst_addr,
+            hdr.og.ipv4_options.options
+        });
+        if (meta.l4_checksum_update == 1) {
+            hdr.og.tcp.checksum = tcp_checksum.update({
+                hdr.og.ipv4.src_addr, hdr.og.ipv4.dst_addr, hdr.og.tcp.sport, hdr.og.tcp.dport,
+                meta.l4_residual
+            });
+            // A UDP checksum that comes out as 0 is sent as 0xffff (0 means "no checksum").
+            hdr.og.udp.checksum = udp_checksum.update({
+                hdr.og.ipv4.src_addr, hdr.og.ipv4.dst_addr, hdr.og.udp.sport, hdr.og.udp.dport,
+                meta.l4_residual
+            }, true);
+            hdr.og.icmp.checksum = icmp_checksum.update({hdr.og.icmp.identifier, meta.l4_residual});
+        }
+        if (ig_dprsr_md.digest_type == DIGEST_SESSION_REQUEST) {
+            session_request.pack({
+                hdr.og.ipv4.src_addr, hdr.og.ipv4.dst_addr, hdr.og.ipv4.protocol,
+                meta.l4_sport, meta.l4_dport, meta.ingress_port, meta.acl_rule,
+                meta.ids_class, meta.spm_port, meta.spm_mac
+            });
+        }
+        if (ig_dprsr_md.digest_type == DIGEST_SESSION_CLOSE) {
+            session_close.pack({
+                hdr.og.ipv4.src_addr, hdr.og.ipv4.dst_addr, hdr.og.ipv4.protocol,
+                meta.l4_sport, meta.l4_dport, meta.tcp_flags
+            });
+        }
+        pkt.emit(hdr.bridged);
+        pkt.emit(hdr.og.ethernet);
+        pkt.emit(hdr.og.vlan);
+        pkt.emit(hdr.og.arp);
+        pkt.emit(hdr.og.ipv4);
+        pkt.emit(hdr.og.ipv4_options);
+        pkt.emit(hdr.og.tcp);
+        pkt.emit(hdr.og.udp);
+        pkt.emit(hdr.og.icmp);
+    }
+}
+
+// Egress parses only the bridged header: the packet itself passes through as payload.
+parser TnaEgressParser(packet_in pkt, out tna_headers_t hdr, out local_metadata_t meta,
+                       out egress_intrinsic_metadata_t eg_intr_md) {
+    state start {
+        pkt.extract(eg_intr_md);
+        pkt.extract(hdr.bridged);
+        meta.ingress_port = hdr.bridged.ingress_port;
+        meta.cpu_reason = hdr.bridged.cpu_reason;
+        meta.ids_class = hdr.bridged.ids_class;
+        meta.acl_rule = hdr.bridged.acl_rule;
+        meta.spm_port = hdr.bridged.spm_port;
+        transition accept;
+    }
+}
+
+control TnaEgress(inout tna_headers_t hdr, inout local_metadata_t meta,
+                  in egress_intrinsic_metadata_t eg_intr_md,
+                  in egress_intrinsic_metadata_from_parser_t eg_prsr_md,
+                  inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md,
+                  inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {
+    OgEgress() pipeline;
+
+    apply {
+        if (eg_intr_md.egress_port == OG_TOFINO_CPU_PORT) {
+            meta.egress_port = CPU_PORT;
+        } else {
+            meta.egress_port = eg_intr_md.egress_port;
+        }
+        pipeline.apply(hdr.og, meta);
+    }
+}
+
+control TnaEgressDeparser(packet_out pkt, inout tna_headers_t hdr, in local_metadata_t meta,
+                          in egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
+    apply {
+        pkt.emit(hdr.og.packet_in);
+    }
+}
+
+Pipeline(TnaIngressParser(), TnaIngress(), TnaIngressDeparser(),
+         TnaEgressParser(), TnaEgress(), TnaEgressDeparser()) pipe;
+
+Switch(pipe) main;
