@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -69,3 +70,41 @@ def test_no_p4_control_file_is_written_twice() -> None:
                 )
                 names[name] = path
     assert "Session" in names, "the scan found no controls at all"
+
+
+SHELLS = {"opengate.p4": "v1model_externs.p4", "opengate_tna.p4": "tna_externs.p4"}
+_MACRO_USE = re.compile(r"\b(OG_[A-Z0-9_]+)\b")
+_MACRO_DEF = re.compile(r"^\s*#\s*define\s+(OG_[A-Z0-9_]+)", re.MULTILINE)
+
+
+def test_both_shells_wrap_the_same_shared_pipeline() -> None:
+    """Only the architecture glue differs: each shell includes the shared parser and pipeline
+    and defines no control or parser of its own other than its architecture blocks."""
+    root = repo_root() / "p4src"
+    for shell, prefix in (("opengate.p4", "V1"), ("opengate_tna.p4", "Tna")):
+        text = (root / shell).read_text()
+        for shared in ("include/headers.p4", "include/parser.p4", "include/pipeline.p4"):
+            assert f'#include "{shared}"' in text, f"{shell} does not include {shared}"
+        blocks = re.findall(r"^(?:control|parser)\s+(\w+)", text, re.MULTILINE)
+        assert blocks, f"no architecture blocks found in {shell}"
+        strays = [b for b in blocks if not b.startswith(prefix)]
+        assert not strays, f"{shell} defines {strays}: shared blocks belong in p4src/include/"
+
+
+def test_every_architecture_hook_is_defined_by_both_shells() -> None:
+    """Each OG_* macro the shared code uses has a definition in both extern files."""
+    root = repo_root() / "p4src" / "include"
+    used: dict[str, str] = {}
+    for path in root.rglob("*.p4"):
+        if path.parent.name == "arch":
+            continue
+        code = re.sub(r"//[^\n]*", "", path.read_text())
+        for name in _MACRO_USE.findall(code):
+            used.setdefault(name, path.name)
+    assert "OG_SPM_SELECTOR" in used, "the scan found no architecture hooks at all"
+    for externs in SHELLS.values():
+        defined = set(_MACRO_DEF.findall((root / "arch" / externs).read_text()))
+        missing = {name: where for name, where in used.items() if name not in defined}
+        assert not missing, (
+            f"{externs} lacks {sorted(missing)} (used in {sorted(set(missing.values()))})"
+        )
