@@ -40,6 +40,23 @@ class WrongVersionDropped(OpenGateTest):
         self.assert_dropped(INSIDE, bytes(refresh(packet)), pc.DROP_BAD_IPV4_HEADER)
 
 
+class TotalLengthShorterThanHeaderDropped(OpenGateTest):
+    """An IPv4 total length shorter than the header itself (IHL * 4) is BAD_IPV4_HEADER, with
+    and without options."""
+
+    def runTest(self) -> None:
+        self.classify_everything()
+        plain = tcp_packet()
+        plain[IP].len = 19
+        self.assert_dropped(INSIDE, bytes(refresh(plain)), pc.DROP_BAD_IPV4_HEADER)
+        with_options = tcp_packet()
+        with_options[IP].options = [IPOption_RR(routers=["0.0.0.0"] * 2), IPOption_NOP()]
+        built = refresh(with_options)
+        self.assertEqual(built[IP].ihl, 8)
+        built[IP].len = 31
+        self.assert_dropped(INSIDE, bytes(refresh(built)), pc.DROP_BAD_IPV4_HEADER)
+
+
 class TotalLengthBeyondFrameDropped(OpenGateTest):
     """An IPv4 total length longer than the frame is a truncated packet."""
 
