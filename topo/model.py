@@ -32,7 +32,7 @@ class NpmSpec:
 @dataclass(frozen=True, slots=True)
 class LanSpec:
     name: str
-    gateway_mac: str
+    gateway_mac: str | None  # None: a segment with no gateway address (SPMs shared by NPMs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +74,13 @@ class TopologySpec:
     def hosts_with_role(self, role: str) -> list[HostSpec]:
         return [h for h in self.hosts if h.role == role]
 
+    def spm_port(self, npm: NpmSpec, spm: HostSpec) -> int | None:
+        """The port of `npm` that reaches SPM host `spm` (directly or through its segment)."""
+        for port, peer in npm.ports.items():
+            if peer == spm.name or (spm.lan is not None and peer == spm.lan):
+                return port
+        return None
+
 
 def _services(value: object) -> tuple[str, ...]:
     if not isinstance(value, list):
@@ -93,7 +100,9 @@ def load_topology(path: str | Path, root: Path | None = None) -> TopologySpec:
     policy = root / top.get("policy", as_str)
     lans = []
     for item in top.items("lans"):
-        lans.append(LanSpec(item.get("name", as_str), item.get("gateway_mac", as_mac)))
+        lans.append(
+            LanSpec(item.get("name", as_str), item.get("gateway_mac", as_mac, required=False))
+        )
         item.reject_unknown()
     hosts = []
     host_readers: dict[str, Reader] = {}
@@ -106,10 +115,15 @@ def load_topology(path: str | Path, root: Path | None = None) -> TopologySpec:
             lan=item.get("lan", as_str, required=role != "spm"),
             ip=item.get("ip", as_ipv4_interface, required=role != "spm"),
             gateway=item.get("gateway", as_ipv4, required=False),
-            npm_port=item.get("npm_port", as_int, required=role == "spm"),
+            npm_port=item.get("npm_port", as_int, required=False),
             services=item.get("services", _services, default=()),
         )
         item.reject_unknown()
+        if role == "spm" and (host.lan is None) == (host.npm_port is None):
+            raise item.error(
+                "npm_port",
+                "an SPM host has either npm_port (one NPM port) or lan (a segment shared by NPMs)",
+            )
         if host.name in host_readers:
             raise item.error("name", f"host {host.name!r} is defined twice")
         host_readers[host.name] = item
@@ -139,6 +153,8 @@ def load_topology(path: str | Path, root: Path | None = None) -> TopologySpec:
         item.reject_unknown()
     if not npms:
         raise ConfigError("a topology needs at least one NPM", path=str(path), field="npms")
+    if len({n.device_id for n in npms}) != len(npms):
+        raise ConfigError("NPM device_ids must differ", path=str(path), field="npms")
     spm = SpmSpec()
     if top.has("spm"):
         item = top.sub("spm")

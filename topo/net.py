@@ -3,12 +3,14 @@ run commands on named hosts, and take everything down again (also after errors a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -55,6 +57,19 @@ def _spm_started(eve_log: Path) -> bool:
         except json.JSONDecodeError:
             continue  # a line still being written
     return False
+
+
+def _descendants(pid: int) -> list[int]:
+    """Child processes of `pid`, recursively (from /proc)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            out += [child, *_descendants(child)]
+    return out
 
 
 def _wait_until(
@@ -210,57 +225,88 @@ class GatewayNetwork:
 
     def _start_spms(self) -> None:
         for host in self.spec.hosts_with_role("spm"):
-            node = self.net.get(host.name)
-            work = self.run_dir / host.name
-            work.mkdir(parents=True, exist_ok=True)
-            clamd_socket = self._start_clamd(host.name, node, work)
-            tags = self.api("GET", f"/api/v1/spm/{host.name}/config")["tags"]
-            rules = [str(r) for r in self.spec.spm.rules]
-            shared = shared_data_dir()
-            rules += [str(shared / r) for r in self.spec.spm.shared_rules if (shared / r).exists()]
-            eve = work / "eve.json"
-            eve.unlink(missing_ok=True)
-            config = {
-                "name": host.name,
-                "interface": f"{host.name}-eth0",
-                "tags": tags,
-                "queue": {"num": 0, "length": 4096, "fail_open": False},
-                "workers": self.spec.spm.workers,
-                "dispatch": "jsq",
-                "ips": {
-                    "rules": rules,
-                    "variables": {"HOME_NET": self.spec.spm.home_net, "EXTERNAL_NET": "!$HOME_NET"},
-                    "alert_action": "drop",
-                },
-                "av": {"enabled": True, "clamd_socket": str(clamd_socket), "on_clamd_down": "drop"},
-                **({"bypass": self.spm_bypass} if self.spm_bypass else {}),
-                "cpm_url": f"unix:{self.cpm_socket}",
-                "token": self.api_token,
-                "eve_log": str(eve),
-            }
-            config_path = work / "spm.yaml"
-            config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-            argv = [
-                sys.executable,
-                "-m",
-                "spm",
-                "--log-level",
-                "info",
-                "run",
-                "--config",
-                str(config_path),
-            ]
-            with (work / "spm.log").open("wb") as log:
-                process = node.popen(
-                    argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(repo_root())
-                )
-            self._processes.append((f"{host.name}:spm", process))
-            _wait_until(
-                f"{host.name}: opengate spm to start (log {work / 'spm.log'})",
-                functools.partial(_spm_started, eve),
-                60.0,
-                process,
-            )
+            self.start_spm(host.name)
+
+    def start_spm(self, name: str) -> None:
+        """Start SPM host `name`'s clamd and SPM daemon (again, after kill_spm); returns when the
+        daemon has logged its start."""
+        host = self.spec.host(name)
+        node = self.net.get(host.name)
+        work = self.run_dir / host.name
+        work.mkdir(parents=True, exist_ok=True)
+        clamd_socket = self._clamd_for(host.name, node, work)
+        tags = self.api("GET", f"/api/v1/spm/{host.name}/config")["tags"]
+        rules = [str(r) for r in self.spec.spm.rules]
+        shared = shared_data_dir()
+        rules += [str(shared / r) for r in self.spec.spm.shared_rules if (shared / r).exists()]
+        eve = work / "eve.json"
+        eve.unlink(missing_ok=True)
+        config = {
+            "name": host.name,
+            "interface": f"{host.name}-eth0",
+            "tags": tags,
+            "queue": {"num": 0, "length": 4096, "fail_open": False},
+            "workers": self.spec.spm.workers,
+            "dispatch": "jsq",
+            "ips": {
+                "rules": rules,
+                "variables": {"HOME_NET": self.spec.spm.home_net, "EXTERNAL_NET": "!$HOME_NET"},
+                "alert_action": "drop",
+            },
+            "av": {"enabled": True, "clamd_socket": str(clamd_socket), "on_clamd_down": "drop"},
+            **({"bypass": self.spm_bypass} if self.spm_bypass else {}),
+            "cpm_url": f"unix:{self.cpm_socket}",
+            "token": self.api_token,
+            "eve_log": str(eve),
+        }
+        config_path = work / "spm.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        argv = [
+            sys.executable,
+            "-m",
+            "spm",
+            "--log-level",
+            "info",
+            "run",
+            "--config",
+            str(config_path),
+        ]
+        with (work / "spm.log").open("ab") as log:
+            process = node.popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(repo_root()))
+        self._processes.append((f"{host.name}:spm", process))
+        _wait_until(
+            f"{host.name}: opengate spm to start (log {work / 'spm.log'})",
+            functools.partial(_spm_started, eve),
+            60.0,
+            process,
+        )
+
+    def kill_spm(self, name: str) -> float:
+        """Kill SPM host `name`'s daemon and its workers with SIGKILL, as a crash of the host's
+        inspection would (clamd stays up); returns the time.time() of the kill."""
+        for index, (label, process) in enumerate(self._processes):
+            if label == f"{name}:spm" and process.poll() is None:
+                family = [process.pid, *_descendants(process.pid)]
+                killed_at = time.time()
+                for pid in family:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                process.wait(timeout=10)
+                del self._processes[index]
+                return killed_at
+        raise ConfigError(f"no running SPM daemon on host {name!r}")
+
+    def spm_running(self, name: str) -> bool:
+        return any(
+            label == f"{name}:spm" and process.poll() is None for label, process in self._processes
+        )
+
+    def _clamd_for(self, name: str, node: Any, work: Path) -> Path:
+        """The host's clamd socket, starting clamd unless it runs."""
+        for label, process in self._processes:
+            if label == f"{name}:clamd" and process.poll() is None:
+                return work / "clamd.sock"
+        return self._start_clamd(name, node, work)
 
     def _start_clamd(self, name: str, node: Any, work: Path) -> Path:
         database = work / "clamav-db"

@@ -185,29 +185,35 @@ def test_community_rules_map_to_classes_by_classtype(shared_data: Path, lab: Pat
     assert sum(1 for r in policy.ids_rules if r.class_id == 3) >= 700
 
 
-def test_example_policy_agrees_with_the_topology() -> None:
+@pytest.mark.parametrize("topology_file", ["gateway.yaml", "gateway-2npm.yaml"])
+def test_example_policy_agrees_with_the_topology(topology_file: str) -> None:
     from topo.model import load_topology
 
-    topology = load_topology(repo_root() / "topo" / "gateway.yaml", repo_root())
+    topology = load_topology(repo_root() / "topo" / topology_file, repo_root())
     policy = load_policy(topology.policy)
-    (npm,) = topology.npms
     lans = {lan.name: lan for lan in topology.lans}
-    port_of_lan = {peer: port for port, peer in npm.ports.items() if peer in lans}
-    for port, peer in npm.ports.items():
-        spec = policy.port(port)
-        assert spec is not None, f"port {port} is not in the policy"
-        if peer in lans:
-            assert spec.mac == int(lans[peer].gateway_mac.replace(":", ""), 16)
     neighbours = {n.address: n for n in policy.neighbours}
-    for host in topology.hosts:
-        if host.role == "spm":
-            spm = policy.spm_by_port(host.npm_port or 0)
-            assert spm is not None and spm.mac == int(host.mac.replace(":", ""), 16), host.name
-            continue
-        assert host.ip is not None and host.lan is not None
-        neighbour = neighbours[host.ip.ip]
-        assert neighbour.mac == int(host.mac.replace(":", ""), 16), host.name
-        assert neighbour.port == port_of_lan[host.lan], host.name
-        gateway_port = policy.port(neighbour.port)
-        assert gateway_port is not None
-        assert host.gateway in {a.ip for a in gateway_port.addresses}, host.name
+    for npm in topology.npms:
+        port_of_lan = {peer: port for port, peer in npm.ports.items() if peer in lans}
+        for port, peer in npm.ports.items():
+            spec = policy.port(port)
+            assert spec is not None, f"{npm.name}: port {port} is not in the policy"
+            gateway_mac = lans[peer].gateway_mac if peer in lans else None
+            if gateway_mac is not None:
+                assert spec.mac == int(gateway_mac.replace(":", ""), 16), f"{npm.name}:{port}"
+        for host in topology.hosts:
+            if host.role == "spm":
+                spm = policy.spm_by_port(topology.spm_port(npm, host) or 0)
+                assert spm is not None, f"{npm.name} does not reach SPM {host.name}"
+                assert spm.name == host.name, f"{npm.name}: {host.name}"
+                assert spm.mac == int(host.mac.replace(":", ""), 16), host.name
+                continue
+            assert host.ip is not None and host.lan is not None
+            if host.lan not in port_of_lan:
+                continue  # another NPM's site
+            neighbour = neighbours[host.ip.ip]
+            assert neighbour.mac == int(host.mac.replace(":", ""), 16), host.name
+            assert neighbour.port == port_of_lan[host.lan], host.name
+            gateway_port = policy.port(neighbour.port)
+            assert gateway_port is not None
+            assert host.gateway in {a.ip for a in gateway_port.addresses}, host.name

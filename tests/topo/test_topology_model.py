@@ -75,3 +75,28 @@ def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
     path = _write(tmp_path, GOOD + "  - {name: x\n")
     with pytest.raises(ConfigError, match=r"topo.yaml:1[345]: not valid YAML"):
         load_topology(path, root=tmp_path)
+
+
+def test_two_npm_topology_shares_the_spms_through_segments() -> None:
+    spec = load_topology(repo_root() / "topo" / "gateway-2npm.yaml", root=repo_root())
+    assert [(n.name, n.device_id) for n in spec.npms] == [("npm1", 1), ("npm2", 2)]
+    for npm in spec.npms:
+        assert spec.spm_port(npm, spec.host("spm1")) == 3
+        assert spec.spm_port(npm, spec.host("spm2")) == 4
+
+
+def test_spm_needs_exactly_one_of_npm_port_and_lan(tmp_path: Path) -> None:
+    both = GOOD.replace("npm_port: 3,", "npm_port: 3, lan: lan-a,")
+    with pytest.raises(ConfigError, match=r"hosts\[1\].npm_port: an SPM host has either"):
+        load_topology(_write(tmp_path, both), root=tmp_path)
+    neither = GOOD.replace("npm_port: 3, ", "")
+    with pytest.raises(ConfigError, match=r"hosts\[1\].npm_port: an SPM host has either"):
+        load_topology(_write(tmp_path, neither), root=tmp_path)
+
+
+def test_two_npms_with_one_device_id_are_refused(tmp_path: Path) -> None:
+    text = GOOD.replace(
+        "npms:\n", "npms:\n  - name: npm0\n    device_id: 1\n    ports: {2: lan-a}\n"
+    )
+    with pytest.raises(ConfigError, match="NPM device_ids must differ"):
+        load_topology(_write(tmp_path, text), root=tmp_path)

@@ -1,0 +1,61 @@
+"""End to end across two NPMs sharing one SPM pool (topo/gateway-2npm.yaml): one controller
+drives both switches, each site's traffic passes its own NPM with its own sessions, and both
+NPMs steer to, and get back from, the same SPM hosts."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_gateway_steering import FLOWS, STEP, _probe
+from topo.net import GatewayNetwork
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+OUT = "198.51.100.20"
+GATEWAY_OUTSIDE = "198.51.100.1"
+SITES = {"npm1": ("a1", "outa"), "npm2": ("b1", "outb")}
+
+
+def _sessions(network: GatewayNetwork, npm: str) -> list[dict[str, Any]]:
+    params = {"npm": npm, "limit": 100_000}
+    rows: list[dict[str, Any]] = network.api("GET", "/api/v1/sessions", params=params)["sessions"]
+    return rows
+
+
+def test_each_site_reaches_its_own_outside_server(two_npms: GatewayNetwork) -> None:
+    for npm, (inside, outside) in SITES.items():
+        result = two_npms.run(inside, f"curl -sS --max-time 20 http://{OUT}/index.html")
+        assert result.returncode == 0, f"{inside}: {result.output}"
+        assert f"OpenGate test server {outside}" in result.output, (npm, result.output)
+        seen = two_npms.run(inside, f"curl -sS --max-time 20 http://{OUT}/whoami")
+        assert seen.output.strip() == GATEWAY_OUTSIDE, (npm, seen.output)
+        web = [s for s in _sessions(two_npms, npm) if s["dport"] == 80]
+        assert web, f"{npm} holds no session for its site's web request"
+
+
+def test_both_npms_steer_to_both_shared_spms(two_npms: GatewayNetwork) -> None:
+    spm_ports = {s["port"] for s in two_npms.api("GET", "/api/v1/spms")["spms"].values()}
+    for npm, (inside, _) in SITES.items():
+        outcome = _probe(two_npms, inside, f"fixed {OUT} 40000 {FLOWS} --step {STEP}")
+        assert outcome["silent"] == [], f"{inside}: flows without an answer {outcome['silent']}"
+        deadline = time.monotonic() + 15
+        while True:
+            used = {s["spm_port"] for s in _sessions(two_npms, npm) if s["dport"] == 7}
+            if used == spm_ports or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert used == spm_ports, f"{npm}'s flows used SPM ports {used}, not {spm_ports}"
+
+
+def test_both_sites_are_inspected_by_the_shared_spms(two_npms: GatewayNetwork) -> None:
+    for inside, _ in SITES.values():
+        result = two_npms.run(
+            inside, f"curl -sS --max-time 5 http://{OUT}/opengate-forbidden -o /dev/null"
+        )
+        assert result.returncode != 0, f"{inside}: the forbidden request got through"
+    alerts = two_npms.api("GET", "/api/v1/alerts")["alerts"]
+    sids = [a for a in alerts if a.get("sid") == 1000101]
+    assert len(sids) >= 2, f"expected an alert per site, got {sids}"

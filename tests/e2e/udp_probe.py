@@ -1,0 +1,109 @@
+"""UDP flows for the end-to-end tests, run inside a Mininet host against a UDP echo service.
+
+    python -m tests.e2e.udp_probe fixed DST PORT_FIRST COUNT [--step N] [--timeout S]
+        one datagram from each of COUNT local ports FIRST, FIRST+N, ...; prints one JSON object
+        {"replied": [ports...], "silent": [ports...]}
+    python -m tests.e2e.udp_probe stream DST --duration S --interval S
+        a new flow (a new local port) every interval; prints "sent PORT TIME" as it goes, then
+        one JSON line {"flows": [[port, sent_at, replied], ...]}
+
+TIME is time.time(): the hosts share the test's clock (they are network namespaces only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import selectors
+import socket
+import sys
+import time
+
+ECHO_PORT = 7
+
+
+def fixed(dst: str, first: int, count: int, step: int, timeout: float) -> dict[str, list[int]]:
+    sockets = {}
+    for port in range(first, first + count * step, step):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("", port))
+        sock.setblocking(False)
+        sock.sendto(f"probe {port}".encode(), (dst, ECHO_PORT))
+        sockets[port] = sock
+    replied = _collect(sockets, time.monotonic() + timeout)
+    for sock in sockets.values():
+        sock.close()
+    return {"replied": sorted(replied), "silent": sorted(set(sockets) - replied)}
+
+
+def _collect(sockets: dict[int, socket.socket], deadline: float) -> set[int]:
+    selector = selectors.DefaultSelector()
+    for port, sock in sockets.items():
+        selector.register(sock, selectors.EVENT_READ, port)
+    replied: set[int] = set()
+    while len(replied) < len(sockets) and time.monotonic() < deadline:
+        for key, _ in selector.select(max(0.0, deadline - time.monotonic())):
+            key.fileobj.recv(2048)  # type: ignore[union-attr]
+            replied.add(key.data)
+            selector.unregister(key.fileobj)
+    selector.close()
+    return replied
+
+
+def stream(dst: str, duration: float, interval: float, settle: float) -> list[list[float]]:
+    selector = selectors.DefaultSelector()
+    flows: dict[int, list[float]] = {}
+    sockets = []
+    end = time.monotonic() + duration
+    next_send = time.monotonic()
+    while time.monotonic() < end + settle:
+        now = time.monotonic()
+        if now < end and now >= next_send:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.bind(("", 0))
+            sock.setblocking(False)
+            port = sock.getsockname()[1]
+            sent_at = time.time()
+            sock.sendto(b"flow", (dst, ECHO_PORT))
+            flows[port] = [port, sent_at, 0]
+            sockets.append(sock)
+            selector.register(sock, selectors.EVENT_READ, port)
+            print(f"sent {port} {sent_at:.3f}", flush=True)
+            next_send += interval
+        for key, _ in selector.select(0.01):
+            key.fileobj.recv(2048)  # type: ignore[union-attr]
+            flows[key.data][2] = 1
+            selector.unregister(key.fileobj)
+    for sock in sockets:
+        sock.close()
+    return list(flows.values())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="udp_probe")
+    sub = parser.add_subparsers(dest="mode", required=True)
+    f = sub.add_parser("fixed")
+    f.add_argument("dst")
+    f.add_argument("first", type=int)
+    f.add_argument("count", type=int)
+    f.add_argument("--step", type=int, default=1)
+    f.add_argument("--timeout", type=float, default=3.0)
+    s = sub.add_parser("stream")
+    s.add_argument("dst")
+    s.add_argument("--duration", type=float, default=6.0)
+    s.add_argument("--interval", type=float, default=0.1)
+    s.add_argument("--settle", type=float, default=2.0, help="wait this long for late replies")
+    args = parser.parse_args(argv)
+    if args.mode == "fixed":
+        print(
+            json.dumps(fixed(args.dst, args.first, args.count, args.step, args.timeout)), flush=True
+        )
+    else:
+        flows = stream(args.dst, args.duration, args.interval, args.settle)
+        print(json.dumps({"flows": flows}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
