@@ -14,15 +14,14 @@ const DigestType_t DIGEST_SESSION_REQUEST = 1;
 const DigestType_t DIGEST_SESSION_CLOSE   = 2;
 
 // What egress needs from ingress (v1model keeps the whole metadata struct across the queues; TNA
-// carries only this header in front of the packet, and egress strips it).
+// carries only this header in front of the packet, and egress strips it). @flexible lets the
+// compiler place the fields where its PHV allocation wants them.
 header bridged_md_h {
-    port_id_t    ingress_port;
-    bit<7>       _pad0;
-    cpu_reason_t cpu_reason;
-    class_id_t   ids_class;
-    rule_id_t    acl_rule;
-    port_id_t    spm_port;
-    bit<7>       _pad1;
+    @flexible port_id_t    ingress_port;
+    @flexible cpu_reason_t cpu_reason;
+    @flexible class_id_t   ids_class;
+    @flexible rule_id_t    acl_rule;
+    @flexible port_id_t    spm_port;
 }
 
 struct tna_headers_t {
@@ -75,12 +74,10 @@ control TnaIngress(inout tna_headers_t hdr, inout local_metadata_t meta,
             }
             hdr.bridged.setValid();
             hdr.bridged.ingress_port = meta.ingress_port;
-            hdr.bridged._pad0 = 0;
             hdr.bridged.cpu_reason = meta.cpu_reason;
             hdr.bridged.ids_class = meta.ids_class;
             hdr.bridged.acl_rule = meta.acl_rule;
             hdr.bridged.spm_port = meta.spm_port;
-            hdr.bridged._pad1 = 0;
         }
         if (meta.send_session_close == 1) {
             ig_dprsr_md.digest_type = DIGEST_SESSION_CLOSE;
@@ -149,11 +146,6 @@ parser TnaEgressParser(packet_in pkt, out tna_headers_t hdr, out local_metadata_
     state start {
         pkt.extract(eg_intr_md);
         pkt.extract(hdr.bridged);
-        meta.ingress_port = hdr.bridged.ingress_port;
-        meta.cpu_reason = hdr.bridged.cpu_reason;
-        meta.ids_class = hdr.bridged.ids_class;
-        meta.acl_rule = hdr.bridged.acl_rule;
-        meta.spm_port = hdr.bridged.spm_port;
         transition accept;
     }
 }
@@ -171,6 +163,11 @@ control TnaEgress(inout tna_headers_t hdr, inout local_metadata_t meta,
         } else {
             meta.egress_port = eg_intr_md.egress_port;
         }
+        meta.ingress_port = hdr.bridged.ingress_port;
+        meta.cpu_reason = hdr.bridged.cpu_reason;
+        meta.ids_class = hdr.bridged.ids_class;
+        meta.acl_rule = hdr.bridged.acl_rule;
+        meta.spm_port = hdr.bridged.spm_port;
         pipeline.apply(hdr.og, meta);
     }
 }

@@ -222,4 +222,8 @@ void og_mark_dropped(inout bit<1> drop, inout drop_reason_t drop_reason, in drop
 
 #define mark_dropped(meta, reason) og_mark_dropped(meta.drop, meta.drop_reason, reason)
 
+// The same inside an action, where the control flow already ensures that nothing dropped the
+// packet before (an action cannot branch on metadata on Tofino).
+#define drop_first(meta, reason) meta.drop = 1; meta.drop_reason = reason
+
 #endif

@@ -92,25 +92,34 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
         transition accept;
     }
 
+    // The ICMP type is looked at before extraction, so that each state extracts the header and
+    // reads the identifier at once (Tofino's parser cannot copy a field extracted states ago).
     state parse_icmp {
-        pkt.extract(hdr.icmp);
-        OG_PARSER_ICMP(hdr, meta);
-        transition select(hdr.icmp.icmp_type) {
+        transition select(pkt.lookahead<bit<8>>()) {
             ICMP_ECHO_REQUEST: parse_icmp_echo_request;
             ICMP_ECHO_REPLY: parse_icmp_echo_reply;
-            default: accept;
+            default: parse_icmp_other;
         }
     }
 
     // ICMP echo sessions: the identifier plays the part of the port on the requester's side, so
     // that the reply's 5-tuple is the request's reversed.
     state parse_icmp_echo_request {
+        pkt.extract(hdr.icmp);
+        OG_PARSER_ICMP_ECHO(hdr, meta);
         meta.l4_sport = hdr.icmp.identifier;
         transition accept;
     }
 
     state parse_icmp_echo_reply {
+        pkt.extract(hdr.icmp);
+        OG_PARSER_ICMP_ECHO(hdr, meta);
         meta.l4_dport = hdr.icmp.identifier;
+        transition accept;
+    }
+
+    state parse_icmp_other {
+        pkt.extract(hdr.icmp);
         transition accept;
     }
 }

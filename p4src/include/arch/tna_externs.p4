@@ -59,7 +59,7 @@
     l4_checksum.subtract({hdr.udp.checksum}); \
     l4_checksum.subtract({hdr.udp.sport, hdr.udp.dport}); \
     l4_checksum.subtract_all_and_deposit(meta.l4_residual)
-#define OG_PARSER_ICMP(hdr, meta) \
+#define OG_PARSER_ICMP_ECHO(hdr, meta) \
     icmp_checksum.subtract({hdr.icmp.checksum}); \
     icmp_checksum.subtract({hdr.icmp.identifier}); \
     icmp_checksum.subtract_all_and_deposit(meta.l4_residual)

@@ -26,7 +26,7 @@
 #define OG_PARSER_IPV4_END(hdr, meta)
 #define OG_PARSER_TCP(hdr, meta)
 #define OG_PARSER_UDP(hdr, meta)
-#define OG_PARSER_ICMP(hdr, meta)
+#define OG_PARSER_ICMP_ECHO(hdr, meta)
 
 // Ingress knows the frame length, so an IPv4 total length longer than the frame is caught.
 #define OG_IPV4_LONGER_THAN_FRAME(hdr, meta, l2_len) \

@@ -18,7 +18,7 @@ control ArpResponder(inout headers_t hdr, inout local_metadata_t meta) {
 
     @name(".arp_ignore")
     action arp_ignore() {
-        mark_dropped(meta, DROP_UNSUPPORTED);
+        drop_first(meta, DROP_UNSUPPORTED);   // applied only while nothing dropped the packet
     }
 
     @name(".arp_responder")

@@ -40,7 +40,7 @@ control PortRole(inout headers_t hdr, inout local_metadata_t meta) {
 
     @name(".reject_unknown_tag")
     action reject_unknown_tag() {
-        mark_dropped(meta, DROP_UNKNOWN_TAG);
+        drop_first(meta, DROP_UNKNOWN_TAG);   // applied only while nothing dropped the packet
     }
 
     @name(".spm_return")
@@ -67,7 +67,7 @@ control PortRole(inout headers_t hdr, inout local_metadata_t meta) {
             meta.tag = hdr.ethernet.dst_addr[15:0];
             if (meta.port_role != ROLE_SPM) {
                 mark_dropped(meta, DROP_TAG_SPOOF);
-            } else {
+            } else if (meta.drop == 0) {
                 spm_return.apply();
             }
         }

@@ -27,7 +27,7 @@ control Session(inout headers_t hdr, inout local_metadata_t meta) {
     @name(".session_block")
     action session_block() {
         meta.session_hit = 1;
-        mark_dropped(meta, DROP_SESSION_BLOCKED);
+        drop_first(meta, DROP_SESSION_BLOCKED);   // applied only while nothing dropped the packet
         OG_DIRECT_COUNT(session_counter);
     }
 

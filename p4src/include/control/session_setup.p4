@@ -17,7 +17,9 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             bool opening = true;
             bool stateless = false;
             if (hdr.tcp.isValid()) {
-                opening = (hdr.tcp.flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
+                if ((hdr.tcp.flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) != TCP_FLAG_SYN) {
+                    opening = false;
+                }
             } else if (hdr.icmp.isValid()) {
                 if (hdr.icmp.icmp_type == ICMP_ECHO_REPLY) {
                     opening = false;
