@@ -177,7 +177,7 @@ TABLE_SIZES: dict[str, int] = {
 }
 
 # Controller packet metadata fields.
-PACKET_IN_FIELDS = ("ingress_port", "reason", "ids_class", "acl_rule", "spm_port", "_pad",)
+PACKET_IN_FIELDS = ("ingress_port", "_pad0", "reason", "ids_class", "acl_rule", "spm_port", "_pad",)
 PACKET_OUT_FIELDS = ("egress_port", "submit_to_ingress", "_pad",)
 
 # Constants of p4src/include/defines.p4.

@@ -14,18 +14,11 @@ const DigestType_t DIGEST_SESSION_REQUEST = 1;
 const DigestType_t DIGEST_SESSION_CLOSE   = 2;
 
 // What egress needs from ingress (v1model keeps the whole metadata struct across the queues; TNA
-// carries only this header in front of the packet, and egress strips it). @flexible lets the
-// compiler place the fields where its PHV allocation wants them.
-header bridged_md_h {
-    @flexible port_id_t    ingress_port;
-    @flexible cpu_reason_t cpu_reason;
-    @flexible class_id_t   ids_class;
-    @flexible rule_id_t    acl_rule;
-    @flexible port_id_t    spm_port;
-}
-
+// carries only this header in front of the packet, and egress strips it). It is a packet-in
+// header: egress builds the real one from it, field for field at the same bit positions, which
+// is what Tofino's PHV allocation needs (its padding is left as it is).
 struct tna_headers_t {
-    bridged_md_h bridged;
+    packet_in_h  bridged;
     headers_t    og;
 }
 
@@ -74,7 +67,7 @@ control TnaIngress(inout tna_headers_t hdr, inout local_metadata_t meta,
             }
             hdr.bridged.setValid();
             hdr.bridged.ingress_port = meta.ingress_port;
-            hdr.bridged.cpu_reason = meta.cpu_reason;
+            hdr.bridged.reason = meta.cpu_reason;
             hdr.bridged.ids_class = meta.ids_class;
             hdr.bridged.acl_rule = meta.acl_rule;
             hdr.bridged.spm_port = meta.spm_port;
@@ -164,7 +157,7 @@ control TnaEgress(inout tna_headers_t hdr, inout local_metadata_t meta,
             meta.egress_port = eg_intr_md.egress_port;
         }
         meta.ingress_port = hdr.bridged.ingress_port;
-        meta.cpu_reason = hdr.bridged.cpu_reason;
+        meta.cpu_reason = hdr.bridged.reason;
         meta.ids_class = hdr.bridged.ids_class;
         meta.acl_rule = hdr.bridged.acl_rule;
         meta.spm_port = hdr.bridged.spm_port;

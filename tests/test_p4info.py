@@ -147,6 +147,7 @@ def test_ternary_table_entries_need_a_priority(schema: P4Schema) -> None:
 def test_packet_metadata_round_trip(schema: P4Schema) -> None:
     values = {
         "ingress_port": 3,
+        "_pad0": 0,
         "reason": 1,
         "ids_class": 2,
         "acl_rule": 77,

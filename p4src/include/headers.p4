@@ -7,11 +7,12 @@
 @controller_header("packet_in")
 header packet_in_h {
     port_id_t    ingress_port;
+    bit<7>       _pad0;       // fields on byte boundaries, acl_rule on a 32-bit one (Tofino PHV)
     cpu_reason_t reason;
     class_id_t   ids_class;   // what classification found, so the controller need not redo it
     rule_id_t    acl_rule;
     port_id_t    spm_port;    // the SPM the selector chose (0: none)
-    bit<6>       _pad;
+    bit<7>       _pad;
 }
 
 @controller_header("packet_out")

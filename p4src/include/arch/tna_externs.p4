@@ -68,6 +68,11 @@
 // ingress. The parser still flags headers cut short (PARSER_ERROR_NO_SPACE -> DROP_TRUNCATED).
 #define OG_IPV4_LONGER_THAN_FRAME(hdr, meta, l2_len) false
 
+// total_len < IHL * 4 compares two fields, which a Tofino gateway cannot, and bf-p4c folds the
+// arithmetic that would turn it into a comparison with a constant back into one multi-stage
+// action: not checked on Tofino (the parser still needs IHL >= 5 to go on).
+#define OG_IPV4_SHORTER_THAN_HEADER(hdr, meta) false
+
 // L4 checksum after NAT: the deparser's Checksum extern recomputes it (see OG_PARSER_TCP).
 #define OG_L4_CSUM_REPLACE(meta, csum, old_v, new_v, old_p, new_p) meta.l4_checksum_update = 1
 

@@ -32,6 +32,10 @@
 #define OG_IPV4_LONGER_THAN_FRAME(hdr, meta, l2_len) \
     (((bit<32>)(hdr).ipv4.total_len) + (l2_len) > (meta).packet_length)
 
+// An IPv4 total length shorter than the header (IHL * 4).
+#define OG_IPV4_SHORTER_THAN_HEADER(hdr, meta) \
+    ((hdr).ipv4.total_len < (((bit<16>)(hdr).ipv4.ihl) << 2))
+
 // L4 checksum after NAT: incremental update in the control (RFC 1624).
 #define OG_L4_CSUM_REPLACE(meta, csum, old_v, new_v, old_p, new_p) \
     csum = csum_replace(csum, old_v, new_v, old_p, new_p)

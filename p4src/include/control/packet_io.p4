@@ -20,6 +20,7 @@ control PacketIn(inout headers_t hdr, inout local_metadata_t meta) {
         if (meta.egress_port == CPU_PORT) {
             hdr.packet_in.setValid();
             hdr.packet_in.ingress_port = meta.ingress_port;
+            hdr.packet_in._pad0 = 0;
             hdr.packet_in.reason = meta.cpu_reason;
             hdr.packet_in.ids_class = meta.ids_class;
             hdr.packet_in.acl_rule = meta.acl_rule;

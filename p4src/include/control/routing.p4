@@ -49,13 +49,15 @@ control Forwarding(inout headers_t hdr, inout local_metadata_t meta) {
     }
 
     apply {
+        // The outgoing tag in its own variable: Tofino cannot OR into part of a MAC's container.
+        tag_t out_tag = meta.tag_base | (tag_t)meta.nat_applied;
         if (meta.to_cpu == 1) {
             meta.egress_port = CPU_PORT;
         } else if (meta.steer == 1) {
             // Towards the SPM: the tag rides in the source MAC; bit 0 says NAT is already done.
             meta.egress_port = meta.spm_port;
             hdr.ethernet.dst_addr = meta.spm_mac;
-            hdr.ethernet.src_addr = TAG_MAC_PREFIX ++ (meta.tag_base | (tag_t)meta.nat_applied);
+            hdr.ethernet.src_addr = TAG_MAC_PREFIX ++ out_tag;
         } else if (meta.routed == 0) {
             mark_dropped(meta, DROP_NO_ROUTE);
         } else if (hdr.ipv4.ttl <= 1) {

@@ -11,11 +11,8 @@ control Validation(inout headers_t hdr, inout local_metadata_t meta) {
         if (meta.parser_truncated == 1) {
             mark_dropped(meta, DROP_TRUNCATED);
         } else if (hdr.ipv4.isValid()) {
-            // total_len < IHL * 4, as a saturating difference: Tofino gateways compare a field
-            // with a constant only.
-            bit<16> header_bytes = ((bit<16>)hdr.ipv4.ihl) << 2;
-            bit<16> short_by = header_bytes |-| hdr.ipv4.total_len;
-            if (hdr.ipv4.version != 4 || hdr.ipv4.ihl < 5 || short_by != 0) {
+            if (hdr.ipv4.version != 4 || hdr.ipv4.ihl < 5
+                    || OG_IPV4_SHORTER_THAN_HEADER(hdr, meta)) {
                 mark_dropped(meta, DROP_BAD_IPV4_HEADER);
             } else if (meta.checksum_error == 1) {
                 mark_dropped(meta, DROP_BAD_CHECKSUM);
