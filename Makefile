@@ -14,7 +14,7 @@ P4_SOURCES := $(shell find p4src -name '*.p4' -not -path 'p4src/build/*')
 P4_BUILD   := p4src/build
 P4_FLAGS   := --std p4-16 -I p4src
 
-.PHONY: help setup run test p4 constants ptf e2e bench lint clean check-p4c unit
+.PHONY: help setup run test p4 constants ptf e2e bench lint clean check-p4c unit tofino
 
 help: ## list the targets
 	@echo "OpenGate make targets (TARGET=soft|bmv2 picks the data plane; default: bmv2 if installed):"
@@ -52,6 +52,9 @@ constants: setup ## generate opengate/p4constants.py from the committed P4Info
 	$(PY) -m opengate.gen_constants $(P4_BUILD)/opengate.p4info.txtpb \
 	    $(P4_BUILD)/naive_acl/opengate.p4info.txtpb p4src/include/defines.p4 \
 	    -o opengate/p4constants.py
+
+tofino: setup ## compile p4src/ for Tofino/Tofino 2 with bf-p4c; summaries into p4src/build/tofino/
+	$(PY) -m opengate.tofino $(if $(ONLY),$(foreach b,$(ONLY),--only $(b)))
 
 ptf: setup ## the PTF packet tests against TARGET (veths set up and torn down by the run)
 	$(PY) ptf/run_ptf.py
