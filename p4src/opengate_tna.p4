@@ -26,9 +26,28 @@ parser TnaIngressParser(packet_in pkt, out tna_headers_t hdr, out local_metadata
                         out ingress_intrinsic_metadata_t ig_intr_md) {
     OgPacketParser() packet_parser;
 
+    // The pipeline's view of the ingress port is set here, not in the first MAU stage, so that the
+    // port's role is looked up in stage 0.
     state start {
         pkt.extract(ig_intr_md);
         pkt.advance(PORT_METADATA_SIZE);
+        transition select(ig_intr_md.ingress_port) {
+            OG_TOFINO_CPU_PORT: from_cpu;
+            default: from_wire;
+        }
+    }
+
+    state from_cpu {
+        meta.ingress_port = CPU_PORT;
+        transition packet;
+    }
+
+    state from_wire {
+        meta.ingress_port = ig_intr_md.ingress_port;
+        transition packet;
+    }
+
+    state packet {
         packet_parser.apply(pkt, hdr.og, meta, ig_intr_md.ingress_port);
         transition accept;
     }
@@ -42,39 +61,31 @@ control TnaIngress(inout tna_headers_t hdr, inout local_metadata_t meta,
     OgIngress() pipeline;
 
     apply {
-        if (ig_intr_md.ingress_port == OG_TOFINO_CPU_PORT) {
-            meta.ingress_port = CPU_PORT;
-        } else {
-            meta.ingress_port = ig_intr_md.ingress_port;
-        }
         if (ig_prsr_md.parser_err != 0) {
             meta.parser_truncated = 1;
         }
-        if (hdr.og.ipv4.isValid() && !meta.ipv4_checksum_ok) {
-            meta.checksum_error = 1;
-        }
         pipeline.apply(hdr.og, meta);
+        // Each decision below reads only what the pipeline left, so they share one MAU stage.
         if (meta.drop == 1) {
             ig_dprsr_md.drop_ctl = 1;
-        } else {
-            if (meta.egress_port == CPU_PORT) {
-                ig_tm_md.ucast_egress_port = OG_TOFINO_CPU_PORT;
-            } else {
-                ig_tm_md.ucast_egress_port = meta.egress_port;
-            }
-            if (meta.send_session_request == 1) {
-                ig_dprsr_md.digest_type = DIGEST_SESSION_REQUEST;
-            }
-            hdr.bridged.setValid();
-            hdr.bridged.ingress_port = meta.ingress_port;
-            hdr.bridged.reason = meta.cpu_reason;
-            hdr.bridged.ids_class = meta.ids_class;
-            hdr.bridged.acl_rule = meta.acl_rule;
-            hdr.bridged.spm_port = meta.spm_port;
         }
+        if (meta.egress_port == CPU_PORT) {
+            ig_tm_md.ucast_egress_port = OG_TOFINO_CPU_PORT;
+        } else {
+            ig_tm_md.ucast_egress_port = meta.egress_port;
+        }
+        // A session-opening packet misses the session table, a closing one hits it: never both.
         if (meta.send_session_close == 1) {
             ig_dprsr_md.digest_type = DIGEST_SESSION_CLOSE;
+        } else if (meta.drop == 0 && meta.send_session_request == 1) {
+            ig_dprsr_md.digest_type = DIGEST_SESSION_REQUEST;
         }
+        hdr.bridged.setValid();
+        hdr.bridged.ingress_port = meta.ingress_port;
+        hdr.bridged.reason = meta.cpu_reason;
+        hdr.bridged.ids_class = meta.ids_class;
+        hdr.bridged.acl_rule = meta.acl_rule;
+        hdr.bridged.spm_port = meta.spm_port;
     }
 }
 

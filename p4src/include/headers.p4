@@ -138,11 +138,10 @@ struct local_metadata_t {
     bit<32>       packet_length;
     bit<1>        parser_truncated;
     bit<1>        checksum_error;
-    bit<1>        drop;
+    bit<1>        drop;              // the verdict, made once at the end (DropDecision)
     drop_reason_t drop_reason;
     bit<1>        to_cpu;
     cpu_reason_t  cpu_reason;
-    bit<1>        skip_pipeline;     // packet-out with a fixed egress port
     bit<1>        send_session_request;
     bit<1>        send_session_close;
 
@@ -151,10 +150,21 @@ struct local_metadata_t {
     l4_port_t   l4_dport;            // TCP/UDP port; ICMP echo reply: identifier
     bit<8>      tcp_flags;
 
+    // Why each step would drop the packet (0: it would not). A step writes only its own field and
+    // reads no other step's, so that a target can run independent steps side by side (Tofino:
+    // in the same MAU stage); DropDecision keeps the first non-zero one in pipeline order.
+    drop_reason_t drop_valid;        // Validation
+    drop_reason_t drop_tag;          // PortRole's tag table: a tag this NPM did not issue
+    drop_reason_t drop_early;        // PortRole: the first of Validation's, its own and the tag's
+    drop_reason_t drop_arp;          // ArpResponder
+    drop_reason_t drop_session;      // Session: blocked; on a miss, Steering: no SPM up
+    drop_reason_t drop_setup;        // SessionSetup (no session)
+    drop_reason_t drop_fwd;          // Forwarding, unless the packet goes to the CPU
+
     // Port role and next-hop tag.
     port_role_t port_role;
-    bit<1>      tagged;
-    tag_t       tag;
+    bit<1>      tagged;              // the destination MAC is a tag MAC (set by the parser)...
+    tag_t       tag;                 // ...and these are its low 16 bits
     bit<1>      returned;            // came back from an SPM with a tag we issued
     bit<1>      returned_nat_done;   // ...and NAT was applied before it went out
     tag_t       tag_base;            // this NPM's tag block; bit 0 says "NAT already done"
@@ -195,10 +205,16 @@ struct local_metadata_t {
     ipv4_addr_t flow_addr_mix;       // src ^ dst
     l4_port_t   flow_port_mix;       // sport ^ dport
     bit<16>     spm_pool;
-    bit<1>      steer;
+    port_id_t   sel_spm_port;        // the selector's choice, used if the session table misses
+    mac_addr_t  sel_spm_mac;
+    bit<1>      needs_inspection;    // the class has an SPM pool...
+    bit<1>      spm_fail_open;       // ...and lets traffic through when no SPM in it is up
+    class_id_t  meter_class;         // the class whose meter this packet goes through
 
     // Forwarding.
     mac_addr_t    next_hop_mac;
+    mac_addr_t    router_mac;        // the gateway's MAC on the route's egress port...
+    bit<1>        router_mac_known;  // ...if it has one
     bit<1>        routed;
     bit<1>        snat_required;
     bit<1>        dnat_required;
@@ -211,20 +227,5 @@ struct local_metadata_t {
     bit<16>       l4_residual;
     bit<1>        l4_checksum_update;
 }
-
-// Drop the packet for `reason`, unless an earlier stage already did: the first reason counts.
-// It takes the two fields, not the whole metadata struct, so that no stage copies the struct.
-void og_mark_dropped(inout bit<1> drop, inout drop_reason_t drop_reason, in drop_reason_t reason) {
-    if (drop == 0) {
-        drop = 1;
-        drop_reason = reason;
-    }
-}
-
-#define mark_dropped(meta, reason) og_mark_dropped(meta.drop, meta.drop_reason, reason)
-
-// The same inside an action, where the control flow already ensures that nothing dropped the
-// packet before (an action cannot branch on metadata on Tofino).
-#define drop_first(meta, reason) meta.drop = 1; meta.drop_reason = reason
 
 #endif

@@ -21,11 +21,27 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
 
     state parse_packet_out {
         pkt.extract(hdr.packet_out);
+        meta.port_role = ROLE_CPU;
         transition parse_ethernet;
     }
 
+    // A destination MAC 02:4f:47:00:TT:TT carries a next-hop tag. The parser notes it, so that the
+    // tag table is looked up in the first MAU stage, alongside the port's role.
     state parse_ethernet {
+        transition select(pkt.lookahead<bit<32>>()) {
+            TAG_MAC_PREFIX: parse_tagged_ethernet;
+            default: parse_ethernet_header;
+        }
+    }
+
+    state parse_tagged_ethernet {
+        meta.tagged = 1;
+        transition parse_ethernet_header;
+    }
+
+    state parse_ethernet_header {
         pkt.extract(hdr.ethernet);
+        meta.tag = hdr.ethernet.dst_addr[15:0];
         transition select(hdr.ethernet.ether_type) {
             ETHERTYPE_VLAN: parse_vlan;
             ETHERTYPE_IPV4: parse_ipv4;

@@ -31,51 +31,59 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
     Steering() steering;
     Forwarding() forwarding;
     Metering() metering;
+    DropDecision() drop_decision;
     IngressAccounting() accounting;
 
+    // Each step records why it would drop the packet in its own field; DropDecision makes the
+    // verdict at the end. The lookups keyed on the packet as it arrived (classification, SPM
+    // choice) run for every IPv4 packet alongside the session lookup, and a miss uses them: on
+    // Tofino they share MAU stages with the session table instead of following it.
     apply {
-        packet_out_handler.apply(hdr, meta);
-        if (meta.skip_pipeline == 0) {
+        if (OG_PACKET_OUT_FIXED_PORT(hdr)) {
+            packet_out_handler.apply(hdr, meta);
+        } else {
             validation.apply(hdr, meta);
             port_role.apply(hdr, meta);
-            if (meta.drop == 0 && hdr.arp.isValid()) {
+            if (hdr.arp.isValid()) {
                 arp.apply(hdr, meta);
-            } else if (meta.drop == 0 && hdr.ipv4.isValid()) {
+            } else if (hdr.ipv4.isValid()) {
+                classify.apply(hdr, meta);
+                steering.apply(hdr, meta);
                 // Back from an SPM with NAT already done: the 5-tuple is post-NAT; just route.
-                if (meta.returned_nat_done == 0) {
+                if (meta.drop_valid == 0 && meta.port_role != ROLE_UNKNOWN
+                        && (meta.tagged == 0 || meta.port_role == ROLE_SPM)
+                        && meta.drop_tag == 0 && meta.returned_nat_done == 0) {
                     session.apply(hdr, meta);
                 }
                 // NAT now unless it waits for the SPM (original direction of an inspected flow).
-                if (meta.session_hit == 1 && meta.drop == 0
+                if (meta.session_hit == 1
                         && (meta.spm_port == 0 || meta.nat_before_spm == 1 || meta.returned == 1)) {
                     nat.apply(hdr, meta);
                 }
                 routing.apply(hdr, meta);
-                if (meta.session_hit == 0 && meta.returned_nat_done == 0) {
-                    nat_policy.apply(hdr, meta);
-                    if (meta.returned == 1) {
-                        // First packet back from its SPM; its session needed NAT but is gone.
-                        if (meta.snat_required == 1 || meta.dnat_required == 1) {
-                            mark_dropped(meta, DROP_NAT_NO_SESSION);
-                        }
-                    } else {
-                        classify.apply(hdr, meta);
-                        session_setup.apply(hdr, meta);
-                        if (meta.drop == 0) {
-                            steering.apply(hdr, meta);
+                if (meta.session_hit == 1) {
+                    meta.meter_class = meta.session_class;
+                } else {
+                    meta.meter_class = meta.ids_class;
+                    if (meta.returned == 0) {
+                        meta.spm_port = meta.sel_spm_port;
+                        meta.spm_mac = meta.sel_spm_mac;
+                        if (meta.needs_inspection == 1 && meta.sel_spm_port == 0
+                                && meta.spm_fail_open == 0) {
+                            meta.drop_session = DROP_NO_SPM;
                         }
                     }
                 }
-                if (meta.drop == 0 && meta.to_cpu == 0 && meta.returned == 0
-                        && meta.spm_port != 0) {
-                    meta.steer = 1;
+                if (meta.session_hit == 0 && meta.returned_nat_done == 0) {
+                    nat_policy.apply(hdr, meta);
+                    session_setup.apply(hdr, meta);
                 }
-                if (meta.drop == 0) {
-                    forwarding.apply(hdr, meta);
-                }
+                forwarding.apply(hdr, meta);
             }
             metering.apply(hdr, meta);
+            drop_decision.apply(hdr, meta);
         }
+        hdr.packet_out.setInvalid();
         accounting.apply(hdr, meta);
     }
 }

@@ -21,7 +21,9 @@
 #endif
 #endif
 
-#define OG_DIRECT_COUNTER(name) DirectCounter<bit<64>>(CounterType_t.PACKETS_AND_BYTES) name
+// bit<32>: two entries per RAM word, each a 28-bit packet and a 36-bit byte count, which the
+// driver folds into 64-bit counts by syncing them periodically (half the SRAM of 64-bit pairs).
+#define OG_DIRECT_COUNTER(name) DirectCounter<bit<32>>(CounterType_t.PACKETS_AND_BYTES) name
 #define OG_DIRECT_COUNT(name) name.count()
 #define OG_COUNTER(name, size) Counter<bit<64>, bit<32>>((bit<32>)(size), CounterType_t.PACKETS_AND_BYTES) name
 #define OG_COUNT(name, index) name.count((bit<32>)(index))
@@ -72,6 +74,9 @@
 // arithmetic that would turn it into a comparison with a constant back into one multi-stage
 // action: not checked on Tofino (the parser still needs IHL >= 5 to go on).
 #define OG_IPV4_SHORTER_THAN_HEADER(hdr, meta) false
+
+// The IPv4 header checksum failed: the parser's Checksum.verify(), read in stage 0.
+#define OG_IPV4_CHECKSUM_BAD(meta) (!(meta).ipv4_checksum_ok)
 
 // L4 checksum after NAT: the deparser's Checksum extern recomputes it (see OG_PARSER_TCP).
 #define OG_L4_CSUM_REPLACE(meta, csum, old_v, new_v, old_p, new_p) meta.l4_checksum_update = 1

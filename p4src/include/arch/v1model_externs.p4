@@ -36,6 +36,9 @@
 #define OG_IPV4_SHORTER_THAN_HEADER(hdr, meta) \
     ((hdr).ipv4.total_len < (((bit<16>)(hdr).ipv4.ihl) << 2))
 
+// The IPv4 header checksum failed (verify_checksum in the shell).
+#define OG_IPV4_CHECKSUM_BAD(meta) ((meta).checksum_error == 1)
+
 // L4 checksum after NAT: incremental update in the control (RFC 1624).
 #define OG_L4_CSUM_REPLACE(meta, csum, old_v, new_v, old_p, new_p) \
     csum = csum_replace(csum, old_v, new_v, old_p, new_p)

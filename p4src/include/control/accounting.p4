@@ -1,6 +1,39 @@
-// Per-port packet counts and the drop counter indexed by reason.
+// The drop verdict, per-port packet counts and the drop counter indexed by reason.
 #ifndef OPENGATE_CONTROL_ACCOUNTING_P4
 #define OPENGATE_CONTROL_ACCOUNTING_P4
+
+// The first reason in pipeline order counts: the parser's, then each step's field in the order
+// the steps come in the packet walk (DESIGN.md), then the meters. A forwarding reason (no route,
+// TTL) does not apply to a packet that goes to the CPU instead.
+control DropDecision(inout headers_t hdr, inout local_metadata_t meta) {
+    apply {
+        if (meta.parser_truncated == 1) {
+            meta.drop = 1;
+            meta.drop_reason = DROP_TRUNCATED;
+        } else if (meta.drop_early != 0) {
+            meta.drop = 1;
+            meta.drop_reason = meta.drop_early;
+        } else if (meta.drop_arp != 0) {
+            meta.drop = 1;
+            meta.drop_reason = meta.drop_arp;
+        } else if (meta.drop_session != 0) {
+            meta.drop = 1;
+            meta.drop_reason = meta.drop_session;
+        } else if (meta.drop_setup != 0) {
+            meta.drop = 1;
+            meta.drop_reason = meta.drop_setup;
+        } else if (meta.drop_fwd != 0 && meta.to_cpu == 0) {
+            meta.drop = 1;
+            meta.drop_reason = meta.drop_fwd;
+        } else if (OG_METER_IS_RED(meta.class_color)) {
+            meta.drop = 1;
+            meta.drop_reason = DROP_CLASS_METER;
+        } else if (OG_METER_IS_RED(meta.cpu_color)) {
+            meta.drop = 1;
+            meta.drop_reason = DROP_CPU_METER;
+        }
+    }
+}
 
 control IngressAccounting(inout headers_t hdr, inout local_metadata_t meta) {
     @name(".port_rx_counter")

@@ -18,7 +18,7 @@ control ArpResponder(inout headers_t hdr, inout local_metadata_t meta) {
 
     @name(".arp_ignore")
     action arp_ignore() {
-        drop_first(meta, DROP_UNSUPPORTED);   // applied only while nothing dropped the packet
+        meta.drop_arp = DROP_UNSUPPORTED;
     }
 
     @name(".arp_responder")
@@ -35,7 +35,7 @@ control ArpResponder(inout headers_t hdr, inout local_metadata_t meta) {
         if (hdr.arp.oper == ARP_OPER_REQUEST && hdr.arp.ptype == ETHERTYPE_IPV4) {
             arp_responder.apply();
         } else {
-            mark_dropped(meta, DROP_UNSUPPORTED);
+            meta.drop_arp = DROP_UNSUPPORTED;
         }
     }
 }

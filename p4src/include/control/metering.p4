@@ -1,5 +1,8 @@
 // Step 10: meters per IDS class, and on the path to the CPU so that the slow path survives a
-// flood of session-opening packets. Red is dropped; unconfigured meters are always green.
+// flood of session-opening packets. Red is dropped (DropDecision); unconfigured meters are always
+// green. A meter sees only packets that no earlier step drops: the condition below spells out the
+// steps' reasons instead of reading the verdict, which is made after the meters. The two meters
+// run side by side: a packet for the CPU is metered there even when its class meter is red.
 #ifndef OPENGATE_CONTROL_METERING_P4
 #define OPENGATE_CONTROL_METERING_P4
 
@@ -10,22 +13,14 @@ control Metering(inout headers_t hdr, inout local_metadata_t meta) {
     OG_METER(cpu_meter, CPU_REASON_COUNT);
 
     apply {
-        if (meta.drop == 0 && meta.returned == 0) {
-            class_id_t class_id = meta.ids_class;
-            if (meta.session_hit == 1) {
-                class_id = meta.session_class;
+        // (ARP packets have neither a class nor the CPU as destination: drop_arp is not needed.)
+        if (meta.parser_truncated == 0 && meta.drop_early == 0 && meta.drop_session == 0
+                && meta.drop_setup == 0 && (meta.drop_fwd == 0 || meta.to_cpu == 1)) {
+            if (meta.returned == 0 && meta.meter_class != 0) {
+                OG_METER_EXECUTE(class_meter, meta.meter_class, meta.class_color);
             }
-            if (class_id != 0) {
-                OG_METER_EXECUTE(class_meter, class_id, meta.class_color);
-                if (OG_METER_IS_RED(meta.class_color)) {
-                    mark_dropped(meta, DROP_CLASS_METER);
-                }
-            }
-        }
-        if (meta.drop == 0 && meta.to_cpu == 1) {
-            OG_METER_EXECUTE(cpu_meter, meta.cpu_reason, meta.cpu_color);
-            if (OG_METER_IS_RED(meta.cpu_color)) {
-                mark_dropped(meta, DROP_CPU_METER);
+            if (meta.to_cpu == 1) {
+                OG_METER_EXECUTE(cpu_meter, meta.cpu_reason, meta.cpu_color);
             }
         }
     }

@@ -3,15 +3,15 @@
 #ifndef OPENGATE_CONTROL_PACKET_IO_P4
 #define OPENGATE_CONTROL_PACKET_IO_P4
 
+// A packet-out with a fixed egress port skips the pipeline. OgIngress tests the header itself
+// (not a flag set here), so that the pipeline's first steps need not wait for this one, and
+// removes the header at the end of ingress.
+#define OG_PACKET_OUT_FIXED_PORT(hdr) \
+    ((hdr).packet_out.isValid() && (hdr).packet_out.submit_to_ingress == 0)
+
 control PacketOut(inout headers_t hdr, inout local_metadata_t meta) {
     apply {
-        if (hdr.packet_out.isValid()) {
-            if (hdr.packet_out.submit_to_ingress == 0) {
-                meta.egress_port = hdr.packet_out.egress_port;
-                meta.skip_pipeline = 1;
-            }
-            hdr.packet_out.setInvalid();
-        }
+        meta.egress_port = hdr.packet_out.egress_port;
     }
 }
 

@@ -40,7 +40,7 @@ control PortRole(inout headers_t hdr, inout local_metadata_t meta) {
 
     @name(".reject_unknown_tag")
     action reject_unknown_tag() {
-        drop_first(meta, DROP_UNKNOWN_TAG);   // applied only while nothing dropped the packet
+        meta.drop_tag = DROP_UNKNOWN_TAG;
     }
 
     @name(".spm_return")
@@ -53,23 +53,26 @@ control PortRole(inout headers_t hdr, inout local_metadata_t meta) {
         size = TAG_TABLE_SIZE;
     }
 
+    // The role and the tag are looked up side by side; then drop_early gets the first reason of
+    // the steps so far: Validation's, an unknown port, a tag on a port that is not an SPM port
+    // (a spoof), a tag this NPM did not issue.
     apply {
-        if (meta.ingress_port == CPU_PORT) {
-            meta.port_role = ROLE_CPU;
-        } else {
+        // The CPU port's role is set by the parser (packet-out header).
+        if (meta.ingress_port != CPU_PORT) {
             port_role.apply();
         }
         npm_identity.apply();
-        if (meta.port_role == ROLE_UNKNOWN) {
-            mark_dropped(meta, DROP_UNKNOWN_PORT);
-        } else if (hdr.ethernet.dst_addr[47:16] == TAG_MAC_PREFIX) {
-            meta.tagged = 1;
-            meta.tag = hdr.ethernet.dst_addr[15:0];
-            if (meta.port_role != ROLE_SPM) {
-                mark_dropped(meta, DROP_TAG_SPOOF);
-            } else if (meta.drop == 0) {
-                spm_return.apply();
-            }
+        if (meta.tagged == 1) {
+            spm_return.apply();
+        }
+        if (meta.drop_valid != 0) {
+            meta.drop_early = meta.drop_valid;
+        } else if (meta.port_role == ROLE_UNKNOWN) {
+            meta.drop_early = DROP_UNKNOWN_PORT;
+        } else if (meta.tagged == 1 && meta.port_role != ROLE_SPM) {
+            meta.drop_early = DROP_TAG_SPOOF;
+        } else if (meta.drop_tag != 0) {
+            meta.drop_early = meta.drop_tag;
         }
     }
 }

@@ -26,15 +26,31 @@ control Routing(inout headers_t hdr, inout local_metadata_t meta) {
         size = ROUTE_TABLE_SIZE;
     }
 
+    // Whether the packet drops for want of a route or TTL, decided as soon as the route is known.
+    // Not for a packet that goes to an SPM: the session's SPM on a hit (spm_port here is still
+    // the session's; OgIngress merges the selector's choice after this step), the selector's on
+    // a miss. Nor for a packet that goes to the CPU instead, which SessionSetup decides later
+    // and DropDecision takes into account.
     apply {
         routing.apply();
+        if (meta.returned == 1 || (meta.session_hit == 1 && meta.spm_port == 0)
+                || (meta.session_hit == 0 && meta.sel_spm_port == 0)) {
+            if (meta.routed == 0) {
+                meta.drop_fwd = DROP_NO_ROUTE;
+            } else if (hdr.ipv4.ttl <= 1) {
+                meta.drop_fwd = DROP_TTL_EXPIRED;
+            }
+        }
     }
 }
 
+// The gateway's own MAC on the route's port is looked up as soon as the route is known, so that
+// only the rewrite waits for SessionSetup's decision (to the CPU or not).
 control Forwarding(inout headers_t hdr, inout local_metadata_t meta) {
     @name(".set_source_mac")
     action set_source_mac(mac_addr_t mac) {
-        hdr.ethernet.src_addr = mac;
+        meta.router_mac = mac;
+        meta.router_mac_known = 1;
     }
 
     // The gateway's own MAC on each port.
@@ -49,23 +65,25 @@ control Forwarding(inout headers_t hdr, inout local_metadata_t meta) {
     }
 
     apply {
+        if (meta.routed == 1) {
+            router_mac.apply();
+        }
+
         // The outgoing tag in its own variable: Tofino cannot OR into part of a MAC's container.
         tag_t out_tag = meta.tag_base | (tag_t)meta.nat_applied;
         if (meta.to_cpu == 1) {
             meta.egress_port = CPU_PORT;
-        } else if (meta.steer == 1) {
+        } else if (meta.returned == 0 && meta.spm_port != 0) {
             // Towards the SPM: the tag rides in the source MAC; bit 0 says NAT is already done.
             meta.egress_port = meta.spm_port;
             hdr.ethernet.dst_addr = meta.spm_mac;
             hdr.ethernet.src_addr = TAG_MAC_PREFIX ++ out_tag;
-        } else if (meta.routed == 0) {
-            mark_dropped(meta, DROP_NO_ROUTE);
-        } else if (hdr.ipv4.ttl <= 1) {
-            mark_dropped(meta, DROP_TTL_EXPIRED);
-        } else {
+        } else if (meta.routed == 1 && hdr.ipv4.ttl > 1) {
             hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
             hdr.ethernet.dst_addr = meta.next_hop_mac;
-            router_mac.apply();
+            if (meta.router_mac_known == 1) {
+                hdr.ethernet.src_addr = meta.router_mac;
+            }
         }
     }
 }

@@ -27,7 +27,7 @@ control Session(inout headers_t hdr, inout local_metadata_t meta) {
     @name(".session_block")
     action session_block() {
         meta.session_hit = 1;
-        drop_first(meta, DROP_SESSION_BLOCKED);   // applied only while nothing dropped the packet
+        meta.drop_session = DROP_SESSION_BLOCKED;
         OG_DIRECT_COUNT(session_counter);
     }
 

@@ -1,23 +1,23 @@
 // Step 6: choose an SPM for a new flow whose IDS class needs deep inspection. A weighted action
-// selector over the class's SPM pool, hashed on a direction-agnostic flow key (addresses and ports XORed), so that both
-// directions of a flow pick the same SPM. The choice is then pinned in the session entries.
+// selector over the class's SPM pool, hashed on a direction-agnostic flow key (addresses and ports
+// XORed), so that both directions of a flow pick the same SPM. The choice is then pinned in the
+// session entries. Every packet is steered as it arrives, alongside the session lookup; the
+// pipeline uses the choice (sel_spm_port, sel_spm_mac) only when the lookup misses, and drops the
+// packet there if its class needs an SPM, none is up and the class fails closed.
 #ifndef OPENGATE_CONTROL_STEERING_P4
 #define OPENGATE_CONTROL_STEERING_P4
 
 control Steering(inout headers_t hdr, inout local_metadata_t meta) {
-    bit<1> needs_inspection = 0;
-    bit<1> fail_open = 0;
-
     @name(".inspect")
     action inspect(bit<16> pool, bit<1> open_on_failure) {
         meta.spm_pool = pool;
-        needs_inspection = 1;
-        fail_open = open_on_failure;
+        meta.needs_inspection = 1;
+        meta.spm_fail_open = open_on_failure;
     }
 
     @name(".no_inspection")
     action no_inspection() {
-        needs_inspection = 0;
+        meta.needs_inspection = 0;
     }
 
     // IDS class -> SPM pool (the service chain of the class's inspection profile).
@@ -36,8 +36,8 @@ control Steering(inout headers_t hdr, inout local_metadata_t meta) {
 
     @name(".steer_to_spm")
     action steer_to_spm(port_id_t port, mac_addr_t spm_mac) {
-        meta.spm_port = port;
-        meta.spm_mac = spm_mac;
+        meta.sel_spm_port = port;
+        meta.sel_spm_mac = spm_mac;
     }
 
     @name(".spm_select")
@@ -54,16 +54,14 @@ control Steering(inout headers_t hdr, inout local_metadata_t meta) {
     }
 
     apply {
+        // XOR is symmetric: a flow and its reverse give the same key, with no comparison of two
+        // fields (which Tofino's gateways cannot do). Computed before the class is known, so that
+        // it reads the addresses before NAT may rewrite them.
+        meta.flow_addr_mix = hdr.ipv4.src_addr ^ hdr.ipv4.dst_addr;
+        meta.flow_port_mix = meta.l4_sport ^ meta.l4_dport;
         class_policy.apply();
-        if (needs_inspection == 1) {
-            // XOR is symmetric: a flow and its reverse give the same key, with no comparison
-            // of two fields (which Tofino's gateways cannot do).
-            meta.flow_addr_mix = hdr.ipv4.src_addr ^ hdr.ipv4.dst_addr;
-            meta.flow_port_mix = meta.l4_sport ^ meta.l4_dport;
+        if (meta.needs_inspection == 1) {
             spm_select.apply();
-            if (meta.spm_port == 0 && fail_open == 0) {
-                mark_dropped(meta, DROP_NO_SPM);
-            }
         }
     }
 }

@@ -1,4 +1,5 @@
-// Step 1: drop what the parser or the IPv4 header says is broken, counted by reason.
+// Step 1: what the IPv4 header says is broken. Headers the parser could not finish are dropped by
+// DropDecision (DROP_TRUNCATED before every other reason), from the shell's parser verdict.
 #ifndef OPENGATE_CONTROL_VALIDATION_P4
 #define OPENGATE_CONTROL_VALIDATION_P4
 
@@ -8,22 +9,20 @@ control Validation(inout headers_t hdr, inout local_metadata_t meta) {
         if (hdr.vlan.isValid()) {
             l2_len = 18;
         }
-        if (meta.parser_truncated == 1) {
-            mark_dropped(meta, DROP_TRUNCATED);
-        } else if (hdr.ipv4.isValid()) {
+        if (hdr.ipv4.isValid()) {
             if (hdr.ipv4.version != 4 || hdr.ipv4.ihl < 5
                     || OG_IPV4_SHORTER_THAN_HEADER(hdr, meta)) {
-                mark_dropped(meta, DROP_BAD_IPV4_HEADER);
-            } else if (meta.checksum_error == 1) {
-                mark_dropped(meta, DROP_BAD_CHECKSUM);
+                meta.drop_valid = DROP_BAD_IPV4_HEADER;
+            } else if (OG_IPV4_CHECKSUM_BAD(meta)) {
+                meta.drop_valid = DROP_BAD_CHECKSUM;
             } else if (OG_IPV4_LONGER_THAN_FRAME(hdr, meta, l2_len)) {
-                mark_dropped(meta, DROP_TRUNCATED);
+                meta.drop_valid = DROP_TRUNCATED;
             } else if (hdr.ipv4.frag_offset != 0) {
                 // Non-first fragments carry no ports, so no session can match them.
-                mark_dropped(meta, DROP_UNSUPPORTED);
+                meta.drop_valid = DROP_UNSUPPORTED;
             }
         } else if (!hdr.arp.isValid()) {
-            mark_dropped(meta, DROP_UNSUPPORTED);
+            meta.drop_valid = DROP_UNSUPPORTED;
         }
     }
 }
