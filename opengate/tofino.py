@@ -118,6 +118,9 @@ def compile_one(bf_p4c: str, build: Build, root: Path, work: Path) -> tuple[Path
         str(out),
         "--p4runtime-files",
         str(out / "p4info.txtpb"),
+        # Counters, meters, digests and the selector as standard P4Runtime entities (not BF-RT
+        # externs), the form a P4Runtime agent on Tofino (Stratum) and our controller use.
+        "--p4runtime-force-std-externs",
         str(root / "p4src" / "opengate_tna.p4"),
     ]
     started = time.monotonic()
@@ -178,15 +181,12 @@ def summarise_resources(resources: dict[str, Any]) -> list[str]:
     return lines
 
 
-def write_summary(
-    build: Build, out: Path, elapsed: float, status: int, dest: Path, version: str
-) -> Path:
+def write_summary(build: Build, out: Path, status: int, dest: Path, version: str) -> Path:
     lines = [
         f"OpenGate on {build.target} ({build.arch}), profile {build.profile}",
         f"compiler: {version}",
         f"command: bf-p4c --target {build.target} --arch {build.arch} -I p4src "
         f"{' '.join(build.defines)} p4src/opengate_tna.p4".replace("  ", " "),
-        f"compile time on this machine: {elapsed:.0f} s",
         f"bf-p4c exit status: {status}"
         + ("" if status == 0 else " (FAILED: see the errors below)"),
         "",
@@ -257,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"bf-p4c failed for {build.name} before placing tables:", *tail, sep="\n")
             failed += 1
             continue
-        summary = write_summary(build, out, elapsed, status, dest, version)
+        summary = write_summary(build, out, status, dest, version)
         failed += status != 0
         print(f"  {elapsed:.0f} s, exit status {status} -> {summary.relative_to(root)}")
     if not args.only:

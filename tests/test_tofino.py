@@ -4,6 +4,7 @@ build; without bf-p4c, `make tofino` says so."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from finsy.proto import p4i
 from google.protobuf import text_format
 
 from opengate import tofino
+from opengate.p4info import P4InfoError, P4Schema
 from opengate.target import repo_root
 
 BUILD = repo_root() / "p4src" / "build" / "tofino"
@@ -66,6 +68,29 @@ def test_tofino_p4info_offers_the_v1model_tables_and_actions(build: tofino.Build
     assert _actions(tna) == _actions(v1)
 
 
+# What the controller looks up by name, per kind of P4Info object.
+KINDS = ("tables", "actions", "counters", "direct_counters", "meters", "digests", "action_profiles")
+
+
+@pytest.mark.parametrize("build", tofino.BUILDS, ids=lambda b: b.name)
+def test_the_controller_finds_its_names_in_the_tofino_p4info(build: tofino.Build) -> None:
+    """bf-p4c names objects `pipe.<name>` with `<name>` as the alias; the controller's schema
+    resolves the v1model names to them, and the counters, meters, digests and the selector are
+    standard P4Runtime objects (--p4runtime-force-std-externs), as a Tofino P4Runtime agent
+    (Stratum) expects."""
+    tna = P4Schema.load(BUILD / f"{build.name}.p4info.txtpb")
+    v1 = P4Schema.load(V1MODEL[build.profile] / "opengate.p4info.txtpb")
+    for kind in KINDS:
+        index = getattr(tna, kind)
+        for obj in getattr(v1.p4info, kind):
+            name = obj.preamble.name
+            try:
+                index.get(name)
+            except P4InfoError as exc:
+                pytest.fail(f"{build.name}: {exc}")
+    assert tna.packet_metadata == v1.packet_metadata
+
+
 @pytest.mark.parametrize("build", tofino.BUILDS, ids=lambda b: b.name)
 def test_summary_gives_stages_and_memories_for_every_table(build: tofino.Build) -> None:
     summary = (BUILD / f"{build.name}.txt").read_text()
@@ -75,6 +100,16 @@ def test_summary_gives_stages_and_memories_for_every_table(build: tofino.Build) 
     names = [t.preamble.name.removeprefix("pipe.") for t in tna.tables]
     missing = [name for name in names if name not in rows]
     assert not missing, f"{build.name}.txt has no row for {missing}"
+
+
+@pytest.mark.parametrize("build", tofino.BUILDS, ids=lambda b: b.name)
+def test_the_pipeline_fits_the_device(build: tofino.Build) -> None:
+    """bf-p4c produced a binary: every table placed within the device's MAU stages."""
+    summary = (BUILD / f"{build.name}.txt").read_text()
+    assert "bf-p4c exit status: 0\n" in summary, f"{build.name}: bf-p4c failed (see the summary)"
+    used = re.search(r"^MAU stages used: (\d+) \(device: (\d+)\)$", summary, re.MULTILINE)
+    assert used is not None, f"{build.name}.txt reports no stage count"
+    assert int(used[1]) <= int(used[2]), f"{build.name}: {used[1]} stages of {used[2]}"
 
 
 def test_make_tofino_says_that_bf_p4c_is_missing(tmp_path: Path) -> None:

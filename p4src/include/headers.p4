@@ -155,7 +155,6 @@ struct local_metadata_t {
     // in the same MAU stage); DropDecision keeps the first non-zero one in pipeline order.
     drop_reason_t drop_valid;        // Validation
     drop_reason_t drop_tag;          // PortRole's tag table: a tag this NPM did not issue
-    drop_reason_t drop_early;        // PortRole: the first of Validation's, its own and the tag's
     drop_reason_t drop_arp;          // ArpResponder
     drop_reason_t drop_session;      // Session: blocked; on a miss, Steering: no SPM up
     drop_reason_t drop_setup;        // SessionSetup (no session)

@@ -39,7 +39,7 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
     // choice) run for every IPv4 packet alongside the session lookup, and a miss uses them: on
     // Tofino they share MAU stages with the session table instead of following it.
     apply {
-        if (OG_PACKET_OUT_FIXED_PORT(hdr)) {
+        if (packet_out_fixed_port(hdr)) {
             packet_out_handler.apply(hdr, meta);
         } else {
             validation.apply(hdr, meta);

@@ -31,15 +31,22 @@
 #define OG_METER_EXECUTE(name, index, color) color = (meter_color_t)name.execute((bit<32>)(index))
 // TNA colours: green 0, yellow 1, red 3.
 #define OG_METER_IS_RED(color) ((color) == 3)
-// The selector: CRC16 over the selector keys, fair (weighted by member replication) groups.
+// The selector: CRC16 over the selector keys, fair (weighted by member replication) groups. The
+// member profile is declared first, so that the @name before the macro names it: P4Runtime sees
+// the profile (with_selector) under the v1model selector's name.
 #define OG_SPM_SELECTOR(name) \
-    ActionSelector(ActionProfile(SPM_POOL_SIZE), Hash<bit<16>>(HashAlgorithm_t.CRC16), \
+    ActionProfile(SPM_POOL_SIZE) name##_members; \
+    ActionSelector(name##_members, Hash<bit<16>>(HashAlgorithm_t.CRC16), \
                    SelectorMode_t.FAIR, SPM_MAX_GROUP_SIZE, SPM_POOL_GROUPS) name
 // Session ageing by the table's idle timeout (the driver reports idle entries to the control
 // plane, which P4Runtime exposes as IdleTimeoutNotification, like v1model's support_timeout).
 #define OG_SESSION_IDLE_TIMEOUT idle_timeout = true
 
 #define OG_WIRE_CPU_PORT OG_TOFINO_CPU_PORT
+
+// Tables on the longest dependency chain (segments -> IDS class -> SPM choice) are placed before
+// others that could take their stage, chiefly the session table, which spreads over stages.
+#define OG_PLACE_EARLY @placement_priority(1)
 
 // Parser hooks. ipv4_checksum verifies the IPv4 header (options included). l4_checksum and
 // icmp_checksum leave in meta.l4_residual the checksum of everything NAT does not change, so that

@@ -19,6 +19,9 @@
 // The CPU port as the parser sees it (the same number as the pipeline's CPU_PORT on v1model).
 #define OG_WIRE_CPU_PORT CPU_PORT
 
+// A placement hint for Tofino's table placement: nothing to do on v1model.
+#define OG_PLACE_EARLY
+
 // Parser hooks: nothing to do, the shell's verify_checksum/update_checksum see whole headers.
 #define OG_PARSER_DECLS
 #define OG_PARSER_IPV4(hdr, meta)

@@ -2,17 +2,27 @@
 #ifndef OPENGATE_CONTROL_ACCOUNTING_P4
 #define OPENGATE_CONTROL_ACCOUNTING_P4
 
-// The first reason in pipeline order counts: the parser's, then each step's field in the order
-// the steps come in the packet walk (DESIGN.md), then the meters. A forwarding reason (no route,
+// The first reason in pipeline order counts: the parser's, then each step's field (and the port
+// checks, from the port's role) in the order the steps come in the packet walk (DESIGN.md), then
+// the meters. A forwarding reason (no route,
 // TTL) does not apply to a packet that goes to the CPU instead.
 control DropDecision(inout headers_t hdr, inout local_metadata_t meta) {
     apply {
         if (meta.parser_truncated == 1) {
             meta.drop = 1;
             meta.drop_reason = DROP_TRUNCATED;
-        } else if (meta.drop_early != 0) {
+        } else if (meta.drop_valid != 0) {
             meta.drop = 1;
-            meta.drop_reason = meta.drop_early;
+            meta.drop_reason = meta.drop_valid;
+        } else if (meta.port_role == ROLE_UNKNOWN) {
+            meta.drop = 1;
+            meta.drop_reason = DROP_UNKNOWN_PORT;
+        } else if (meta.tagged == 1 && meta.port_role != ROLE_SPM) {
+            meta.drop = 1;
+            meta.drop_reason = DROP_TAG_SPOOF;
+        } else if (meta.drop_tag != 0) {
+            meta.drop = 1;
+            meta.drop_reason = meta.drop_tag;
         } else if (meta.drop_arp != 0) {
             meta.drop = 1;
             meta.drop_reason = meta.drop_arp;

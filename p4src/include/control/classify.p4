@@ -74,6 +74,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         meta.classifier_version = version;
     }
 
+    OG_PLACE_EARLY
     @name(".classifier_version")
     table classifier_version {
         key = { }
@@ -113,6 +114,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         meta.ids_proto_index = ids_index;
     }
 
+    OG_PLACE_EARLY
     @name(".sa_segment")
     table sa_segment {
         key = {
@@ -124,6 +126,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         size = SA_SEGMENT_TABLE_SIZE;
     }
 
+    OG_PLACE_EARLY
     @name(".da_segment")
     table da_segment {
         key = {
@@ -135,6 +138,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         size = DA_SEGMENT_TABLE_SIZE;
     }
 
+    OG_PLACE_EARLY
     @name(".sp_segment")
     table sp_segment {
         key = {
@@ -146,6 +150,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         size = SP_SEGMENT_TABLE_SIZE;
     }
 
+    OG_PLACE_EARLY
     @name(".dp_segment")
     table dp_segment {
         key = {
@@ -157,6 +162,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         size = DP_SEGMENT_TABLE_SIZE;
     }
 
+    OG_PLACE_EARLY
     @name(".proto_segment")
     table proto_segment {
         key = {
@@ -227,6 +233,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         meta.ids_port_index = index;
     }
 
+    OG_PLACE_EARLY
     @name(".ids_addr_pair")
     table ids_addr_pair {
         key = {
@@ -239,6 +246,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         size = IDS_ADDR_PAIR_TABLE_SIZE;
     }
 
+    OG_PLACE_EARLY
     @name(".ids_port_pair")
     table ids_port_pair {
         key = {
@@ -251,6 +259,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         size = IDS_PORT_PAIR_TABLE_SIZE;
     }
 
+    OG_PLACE_EARLY
     @name(".ids_classification")
     table ids_classification {
         key = {

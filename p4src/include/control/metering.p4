@@ -13,14 +13,18 @@ control Metering(inout headers_t hdr, inout local_metadata_t meta) {
     OG_METER(cpu_meter, CPU_REASON_COUNT);
 
     apply {
-        // (ARP packets have neither a class nor the CPU as destination: drop_arp is not needed.)
-        if (meta.parser_truncated == 0 && meta.drop_early == 0 && meta.drop_session == 0
-                && meta.drop_setup == 0 && (meta.drop_fwd == 0 || meta.to_cpu == 1)) {
-            if (meta.returned == 0 && meta.meter_class != 0) {
-                OG_METER_EXECUTE(class_meter, meta.meter_class, meta.class_color);
-            }
-            if (meta.to_cpu == 1) {
-                OG_METER_EXECUTE(cpu_meter, meta.cpu_reason, meta.cpu_color);
+        // Two conditions, each within what one Tofino gateway can read. (ARP packets have neither
+        // a class nor the CPU as destination: drop_arp is not needed.)
+        if (meta.drop_valid == 0 && meta.drop_tag == 0 && meta.port_role != ROLE_UNKNOWN
+                && (meta.tagged == 0 || meta.port_role == ROLE_SPM)) {
+            if (meta.parser_truncated == 0 && meta.drop_session == 0 && meta.drop_setup == 0
+                    && (meta.drop_fwd == 0 || meta.to_cpu == 1)) {
+                if (meta.returned == 0 && meta.meter_class != 0) {
+                    OG_METER_EXECUTE(class_meter, meta.meter_class, meta.class_color);
+                }
+                if (meta.to_cpu == 1) {
+                    OG_METER_EXECUTE(cpu_meter, meta.cpu_reason, meta.cpu_color);
+                }
             }
         }
     }

@@ -6,7 +6,7 @@
 // A packet-out with a fixed egress port skips the pipeline. OgIngress tests the header itself
 // (not a flag set here), so that the pipeline's first steps need not wait for this one, and
 // removes the header at the end of ingress.
-#define OG_PACKET_OUT_FIXED_PORT(hdr) \
+#define packet_out_fixed_port(hdr) \
     ((hdr).packet_out.isValid() && (hdr).packet_out.submit_to_ingress == 0)
 
 control PacketOut(inout headers_t hdr, inout local_metadata_t meta) {

@@ -53,9 +53,9 @@ control PortRole(inout headers_t hdr, inout local_metadata_t meta) {
         size = TAG_TABLE_SIZE;
     }
 
-    // The role and the tag are looked up side by side; then drop_early gets the first reason of
-    // the steps so far: Validation's, an unknown port, a tag on a port that is not an SPM port
-    // (a spoof), a tag this NPM did not issue.
+    // The role and the tag are looked up side by side. What they imply (unknown port, a tag on a
+    // port that is not an SPM port) is read from port_role and tagged where it matters: the
+    // session lookup's condition, the meters' and DropDecision.
     apply {
         // The CPU port's role is set by the parser (packet-out header).
         if (meta.ingress_port != CPU_PORT) {
@@ -64,15 +64,6 @@ control PortRole(inout headers_t hdr, inout local_metadata_t meta) {
         npm_identity.apply();
         if (meta.tagged == 1) {
             spm_return.apply();
-        }
-        if (meta.drop_valid != 0) {
-            meta.drop_early = meta.drop_valid;
-        } else if (meta.port_role == ROLE_UNKNOWN) {
-            meta.drop_early = DROP_UNKNOWN_PORT;
-        } else if (meta.tagged == 1 && meta.port_role != ROLE_SPM) {
-            meta.drop_early = DROP_TAG_SPOOF;
-        } else if (meta.drop_tag != 0) {
-            meta.drop_early = meta.drop_tag;
         }
     }
 }

@@ -21,6 +21,7 @@ control Steering(inout headers_t hdr, inout local_metadata_t meta) {
     }
 
     // IDS class -> SPM pool (the service chain of the class's inspection profile).
+    OG_PLACE_EARLY
     @name(".class_policy")
     table class_policy {
         key = {
@@ -40,6 +41,7 @@ control Steering(inout headers_t hdr, inout local_metadata_t meta) {
         meta.sel_spm_mac = spm_mac;
     }
 
+    OG_PLACE_EARLY
     @name(".spm_select")
     table spm_select {
         key = {
