@@ -282,7 +282,8 @@ def test_fin_both_ways_removes_after_linger_and_rst_at_once(
     wait_until(
         "the FIN session removed after the linger", lambda: not fake.table_entries(pc.T_SESSION)
     )
-    assert db_sessions(controller) == []
+    # The entries go first, then the database row (the controller's order): wait for both.
+    wait_until("the session's row deleted", lambda: db_sessions(controller) == [])
     removed = controller.metrics.registry.get_sample_value(
         "opengate_sessions_removed_total", {"npm": "npm1", "reason": "fin"}
     )
