@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import BYPASS_AFTER
+from tests.e2e.udp_probe import FLOWS, STEP, run_probe
 from topo.net import GatewayNetwork
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -22,13 +23,6 @@ OUT1 = "198.51.100.20"
 H1 = "10.0.1.10"
 H2 = "10.0.1.11"
 FAILOVER_BOUND = 3.0  # seconds from an SPM's crash to new flows going to the others (issue #8)
-
-
-def _probe(gateway: GatewayNetwork, host: str, args: str, timeout: float = 60) -> Any:
-    command = f"{sys.executable} -m tests.e2e.udp_probe {args}"
-    result = gateway.run(host, command, timeout=timeout)
-    assert result.returncode == 0, f"{host}$ {command}:\n{result.output}"
-    return json.loads(result.output.strip().splitlines()[-1])
 
 
 def _spm_ports(gateway: GatewayNetwork) -> dict[str, int]:
@@ -76,21 +70,13 @@ def _spm_rx_bytes(gateway: GatewayNetwork) -> int:
     return total
 
 
-# Local ports for sets of flows: spaced apart, so that the flows differ in many key bits (CRC is
-# linear: ports differing only in their low bits can all land on one member).
-STEP = 97
-
-
-FLOWS = 64  # the selector's weights follow the SPMs' load, so they may differ up to 8:1
-
-
 def _ports(first: int, count: int = FLOWS) -> set[int]:
     return set(range(first, first + count * STEP, STEP))
 
 
 def test_new_flows_spread_over_both_spms(gateway: GatewayNetwork) -> None:
     ports = _ports(40000)
-    outcome = _probe(gateway, "h1", f"fixed {OUT1} 40000 {FLOWS} --step {STEP}")
+    outcome = run_probe(gateway, "h1", f"fixed {OUT1} 40000 {FLOWS} --step {STEP}")
     assert outcome["silent"] == [], f"flows without an answer: {outcome['silent']}"
     sessions = _wait_sessions(gateway, H1, ports)
     used = {s["spm_port"] for s in sessions.values()}
@@ -135,7 +121,7 @@ def test_idle_udp_session_ages_out(gateway: GatewayNetwork) -> None:
     path = str(gateway.spec.policy)
     gateway.api("POST", "/api/v1/policy/apply", json={"path": path, "text": short})
     try:
-        outcome = _probe(gateway, "h2", f"fixed {OUT1} 43000 1")
+        outcome = run_probe(gateway, "h2", f"fixed {OUT1} 43000 1")
         assert outcome["replied"] == [43000], outcome
         appeared = time.monotonic()
         _wait_sessions(gateway, H2, {43000})
@@ -152,7 +138,7 @@ def test_spm_crash_moves_new_flows_and_resteers_old_ones(gateway: GatewayNetwork
     fail policy is `resteer`) and answered again. spm1 is started again afterwards."""
     ports = _spm_ports(gateway)
     old_ports = _ports(50000)
-    assert _probe(gateway, "h1", f"fixed {OUT1} 50000 {FLOWS} --step {STEP}")["silent"] == []
+    assert run_probe(gateway, "h1", f"fixed {OUT1} 50000 {FLOWS} --step {STEP}")["silent"] == []
     old = _wait_sessions(gateway, H1, old_ports)
     pinned = {p for p, s in old.items() if s["spm_port"] == ports["spm1"]}
     assert pinned, f"none of {FLOWS} flows went to spm1"
@@ -187,7 +173,7 @@ def test_spm_crash_moves_new_flows_and_resteers_old_ones(gateway: GatewayNetwork
         assert all(port == ports["spm2"] and replied for _, port, replied in late), late
 
         # The old flows: those pinned to spm1 now go through spm2, and are answered.
-        again = _probe(gateway, "h1", f"fixed {OUT1} 50000 {FLOWS} --step {STEP}")
+        again = run_probe(gateway, "h1", f"fixed {OUT1} 50000 {FLOWS} --step {STEP}")
         assert again["silent"] == [], f"old flows without an answer: {again['silent']}"
         resteered = _wait_sessions(gateway, H1, pinned)
         assert {s["spm_port"] for s in resteered.values()} == {ports["spm2"]}

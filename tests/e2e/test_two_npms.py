@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_gateway_steering import FLOWS, STEP, _probe
+from tests.e2e.udp_probe import FLOWS, STEP, run_probe
 from topo.net import GatewayNetwork
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -39,7 +39,7 @@ def test_each_site_reaches_its_own_outside_server(two_npms: GatewayNetwork) -> N
 def test_both_npms_steer_to_both_shared_spms(two_npms: GatewayNetwork) -> None:
     spm_ports = {s["port"] for s in two_npms.api("GET", "/api/v1/spms")["spms"].values()}
     for npm, (inside, _) in SITES.items():
-        outcome = _probe(two_npms, inside, f"fixed {OUT} 40000 {FLOWS} --step {STEP}")
+        outcome = run_probe(two_npms, inside, f"fixed {OUT} 40000 {FLOWS} --step {STEP}")
         assert outcome["silent"] == [], f"{inside}: flows without an answer {outcome['silent']}"
         deadline = time.monotonic() + 15
         while True:

@@ -18,8 +18,25 @@ import selectors
 import socket
 import sys
 import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the probe itself runs in a Mininet host with the standard library only
+    from topo.net import GatewayNetwork
 
 ECHO_PORT = 7
+
+# Local ports for sets of flows: spaced apart, so that the flows differ in many key bits (CRC is
+# linear: ports differing only in their low bits can all land on one member).
+STEP = 97
+FLOWS = 64  # the selector's weights follow the SPMs' load, so they may differ up to 8:1
+
+
+def run_probe(gateway: GatewayNetwork, host: str, args: str, timeout: float = 60) -> Any:
+    """Run this module in `host` with `args`; its last output line, parsed as JSON."""
+    command = f"{sys.executable} -m tests.e2e.udp_probe {args}"
+    result = gateway.run(host, command, timeout=timeout)
+    assert result.returncode == 0, f"{host}$ {command}:\n{result.output}"
+    return json.loads(result.output.strip().splitlines()[-1])
 
 
 def fixed(dst: str, first: int, count: int, step: int, timeout: float) -> dict[str, list[int]]:
