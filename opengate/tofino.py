@@ -47,11 +47,13 @@ class Build:
         return f"{self.target}-{self.profile}"
 
 
-# Tofino 2 (t2na) passes the frontend (p4test with the T2NA includes) but is not compiled here
-# yet; add Build("tofino2", "t2na", ...) rows to summarise it.
+# Tofino 1 (tna) and Tofino 2 (t2na), each with both profiles. bf-p4c defines __TARGET_TOFINO__
+# (1 or 2), which picks the architecture include and the CPU port in include/arch/tna_externs.p4.
 BUILDS: tuple[Build, ...] = (
     Build("tofino", "tna", "default", ()),
     Build("tofino", "tna", "naive_acl", ("-DWITH_NAIVE_ACL",)),
+    Build("tofino2", "t2na", "default", ()),
+    Build("tofino2", "t2na", "naive_acl", ("-DWITH_NAIVE_ACL",)),
 )
 
 # The compiler's own text reports copied into the summary, if it wrote them.

@@ -1,13 +1,19 @@
-// Table and extern sizes for Tofino (TNA shell). README "Running on Tofino" explains the choice:
-// 256k sessions in both profiles; the naive-ACL profile holds acl1_10k and the community IDS
-// headers in TCAM; the HSM profile's cross-product tables are sized for acl1_1k-class rule sets,
-// because acl1_10k's need millions of entries (README "The HSM / IPP rule compiler").
+// Table and extern sizes for Tofino (TNA shell, Tofino 1 and 2). README "Running on Tofino" says
+// what they hold and why: on Tofino 1 the session table must be complete by stage 3 (a chain of
+// seven dependent steps follows it), which holds 65,536 entries next to the classification
+// tables; Tofino 2 has 20 stages. The naive profile's ternary tables take 10 TCAM blocks per 512
+// entries. The HSM cross products fit small policies and the community IDS headers, not
+// ClassBench ACLs (acl1_1k alone needs 241,472 verdict entries).
 #ifndef OPENGATE_TNA_SIZES_P4
 #define OPENGATE_TNA_SIZES_P4
 
 #define PORT_TABLE_SIZE           512
 #define TAG_TABLE_SIZE            1024
+#if __TARGET_TOFINO__ == 2
+#define SESSION_TABLE_SIZE        262144
+#else
 #define SESSION_TABLE_SIZE        65536
+#endif
 #define ACL_NAIVE_TABLE_SIZE      2048
 #define IDS_NAIVE_TABLE_SIZE      3072
 #define SA_SEGMENT_TABLE_SIZE     2048
