@@ -58,6 +58,9 @@ BUILDS: tuple[Build, ...] = (
 
 # The compiler's own text reports copied into the summary, if it wrote them.
 TEXT_REPORTS = ("table_summary.log", "mau.resources.log")
+# Lines of those reports that change on every run (left out, so that a summary changes only when
+# the compiled program does).
+RUN_STAMPS = ("Created on:", "Run ID:")
 
 
 class BfP4cMissingError(RuntimeError):
@@ -200,7 +203,11 @@ def write_summary(build: Build, out: Path, status: int, dest: Path, version: str
         found = _find(out, report)
         if found is not None:
             lines.append(f"==== {report} (bf-p4c) ====")
-            lines += found.read_text().rstrip().splitlines()
+            lines += [
+                line
+                for line in found.read_text().rstrip().splitlines()
+                if not any(stamp in line for stamp in RUN_STAMPS)
+            ]
             lines.append("")
     warnings = [
         line
