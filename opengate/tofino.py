@@ -209,16 +209,9 @@ def write_summary(build: Build, out: Path, status: int, dest: Path, version: str
                 if not any(stamp in line for stamp in RUN_STAMPS)
             ]
             lines.append("")
-    warnings = [
-        line
-        for line in (out / "compiler-output.txt").read_text().splitlines()
-        if "warning" in line.lower()
-    ]
-    errors = [
-        line
-        for line in (out / "compiler-output.txt").read_text().splitlines()
-        if "error" in line.lower()
-    ]
+    output = (out / "compiler-output.txt").read_text().splitlines()
+    warnings = [line for line in output if "warning" in line.lower()]
+    errors = [line for line in output if "error" in line.lower()]
     lines.append(f"==== compiler errors: {len(errors)} ====")
     lines += errors
     lines.append("")

@@ -39,7 +39,7 @@ control V1Ingress(inout headers_t hdr, inout local_metadata_t meta,
             meta.parser_truncated = 1;
         }
         pipeline.apply(hdr, meta);
-        if (meta.drop == 1) {
+        if (meta.drop_reason != DROP_NONE) {
             mark_to_drop(sm);
         } else {
             sm.egress_spec = meta.egress_port;

@@ -66,7 +66,7 @@ control TnaIngress(inout tna_headers_t hdr, inout local_metadata_t meta,
         }
         pipeline.apply(hdr.og, meta);
         // Each decision below reads only what the pipeline left, so they share one MAU stage.
-        if (meta.drop == 1) {
+        if (meta.drop_reason != DROP_NONE) {
             ig_dprsr_md.drop_ctl = 1;
         }
         if (meta.egress_port == CPU_PORT) {
@@ -77,7 +77,7 @@ control TnaIngress(inout tna_headers_t hdr, inout local_metadata_t meta,
         // A session-opening packet misses the session table, a closing one hits it: never both.
         if (meta.send_session_close == 1) {
             ig_dprsr_md.digest_type = DIGEST_SESSION_CLOSE;
-        } else if (meta.drop == 0 && meta.send_session_request == 1) {
+        } else if (meta.drop_reason == DROP_NONE && meta.send_session_request == 1) {
             ig_dprsr_md.digest_type = DIGEST_SESSION_REQUEST;
         }
         hdr.bridged.setValid();

@@ -131,6 +131,13 @@ struct session_close_t {
     bit<8>      tcp_flags;
 }
 
+// Nothing so far stops the packet: a sound IPv4/ARP header, a port with a role, a tag (if any)
+// that this NPM issued, arriving on an SPM port. The session lookup and the meters test it;
+// DropDecision tells the reasons apart.
+#define og_admitted(meta) \
+    ((meta).drop_valid == 0 && (meta).drop_tag == 0 && (meta).port_role != ROLE_UNKNOWN \
+     && ((meta).tagged == 0 || (meta).port_role == ROLE_SPM))
+
 struct local_metadata_t {
     // Architecture-neutral view of the intrinsic metadata (filled and consumed by the shell).
     port_id_t     ingress_port;
@@ -138,8 +145,7 @@ struct local_metadata_t {
     bit<32>       packet_length;
     bit<1>        parser_truncated;
     bit<1>        checksum_error;
-    bit<1>        drop;              // the verdict, made once at the end (DropDecision)
-    drop_reason_t drop_reason;
+    drop_reason_t drop_reason;       // the verdict (DropDecision): DROP_NONE lets the packet go
     bit<1>        to_cpu;
     cpu_reason_t  cpu_reason;
     bit<1>        send_session_request;

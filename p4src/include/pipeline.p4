@@ -50,9 +50,7 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
                 classify.apply(hdr, meta);
                 steering.apply(hdr, meta);
                 // Back from an SPM with NAT already done: the 5-tuple is post-NAT; just route.
-                if (meta.drop_valid == 0 && meta.port_role != ROLE_UNKNOWN
-                        && (meta.tagged == 0 || meta.port_role == ROLE_SPM)
-                        && meta.drop_tag == 0 && meta.returned_nat_done == 0) {
+                if (og_admitted(meta) && meta.returned_nat_done == 0) {
                     session.apply(hdr, meta);
                 }
                 // NAT now unless it waits for the SPM (original direction of an inspected flow).

@@ -15,8 +15,7 @@ control Metering(inout headers_t hdr, inout local_metadata_t meta) {
     apply {
         // Two conditions, each within what one Tofino gateway can read. (ARP packets have neither
         // a class nor the CPU as destination: drop_arp is not needed.)
-        if (meta.drop_valid == 0 && meta.drop_tag == 0 && meta.port_role != ROLE_UNKNOWN
-                && (meta.tagged == 0 || meta.port_role == ROLE_SPM)) {
+        if (og_admitted(meta)) {
             if (meta.parser_truncated == 0 && meta.drop_session == 0 && meta.drop_setup == 0
                     && (meta.drop_fwd == 0 || meta.to_cpu == 1)) {
                 if (meta.returned == 0 && meta.meter_class != 0) {
