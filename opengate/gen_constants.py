@@ -23,7 +23,7 @@ Sources: {p4info} and {defines}.
 
 # `const <type> NAME = VALUE;` in defines.p4, for the families the controller needs.
 _CONST = re.compile(r"^const\s+\w+(?:<\d+>)?\s+([A-Z][A-Z0-9_]*)\s*=\s*(0x[0-9a-fA-F]+|\d+)\s*;")
-_FAMILIES = ("DROP_", "CPU_REASON_", "ROLE_", "ACL_", "NAT_", "METER_")
+_FAMILIES = ("DROP_", "CPU_REASON_", "ROLE_", "ACL_", "NAT_", "METER_", "FLOW_EVENT_")
 
 
 def _ident(name: str) -> str:
@@ -50,6 +50,7 @@ def _merged(paths: Sequence[Path]) -> P4Schema:
             "meters",
             "action_profiles",
             "digests",
+            "registers",
         ):
             have = {o.preamble.name for o in getattr(merged, kind)}
             for obj in getattr(other, kind):
@@ -79,6 +80,7 @@ def render(p4info_paths: Sequence[Path], defines_path: Path) -> str:
             [(p.preamble.name, p.preamble.id) for p in info.action_profiles],
         ),
         ("Digests", "D_", [(d.preamble.name, d.preamble.id) for d in info.digests]),
+        ("Registers", "R_", [(r.preamble.name, r.preamble.id) for r in info.registers]),
     ]
     for title, prefix, items in sections:
         out.append(f"# {title}")

@@ -16,6 +16,7 @@ T_CLASSIFIER_VERSION = "classifier_version"  # id 0x02a47b13
 T_DA_SEGMENT = "da_segment"  # id 0x02677872
 T_DNAT_RULE = "dnat_rule"  # id 0x0226d567
 T_DP_SEGMENT = "dp_segment"  # id 0x0219cdb2
+T_FLOW_AGEING = "flow_ageing"  # id 0x0213f744
 T_IDS_ADDR_PAIR = "ids_addr_pair"  # id 0x021f69cf
 T_IDS_CLASSIFICATION = "ids_classification"  # id 0x02586fef
 T_IDS_NAIVE = "ids_naive"  # id 0x026e47ae
@@ -55,6 +56,7 @@ A_SET_ACL_PORT_INDEX = "set_acl_port_index"  # id 0x0112d34f
 A_SET_CLASSIFIER_VERSION = "set_classifier_version"  # id 0x013d594e
 A_SET_DA_INDEX = "set_da_index"  # id 0x01468616
 A_SET_DP_INDEX = "set_dp_index"  # id 0x011597b5
+A_SET_FLOW_TIMEOUT = "set_flow_timeout"  # id 0x0101d5a6
 A_SET_IDS_ADDR_INDEX = "set_ids_addr_index"  # id 0x01565aca
 A_SET_IDS_CLASS = "set_ids_class"  # id 0x01f6a8e3
 A_SET_IDS_PORT_INDEX = "set_ids_port_index"  # id 0x01c59c99
@@ -68,6 +70,7 @@ A_STEER_TO_SPM = "steer_to_spm"  # id 0x01080b38
 
 # Counters
 C_DROP_COUNTER = "drop_counter"  # id 0x12b9d771
+C_FLOW_EVENT_COUNTER = "flow_event_counter"  # id 0x12d5bf58
 C_PORT_RX_COUNTER = "port_rx_counter"  # id 0x120561c8
 C_PORT_TX_COUNTER = "port_tx_counter"  # id 0x122b7d2b
 
@@ -77,6 +80,7 @@ DC_SESSION_COUNTER = "session_counter"  # id 0x136cdc18
 # Meters
 M_CLASS_METER = "class_meter"  # id 0x147baea0
 M_CPU_METER = "cpu_meter"  # id 0x14383621
+M_CPU_SOURCE_METER = "cpu_source_meter"  # id 0x14d63263
 
 # Action profiles
 AP_SPM_SELECTOR = "spm_selector"  # id 0x11fceb1b
@@ -84,6 +88,14 @@ AP_SPM_SELECTOR = "spm_selector"  # id 0x11fceb1b
 # Digests
 D_SESSION_CLOSE_T = "session_close_t"  # id 0x17dde835
 D_SESSION_REQUEST_T = "session_request_t"  # id 0x172b6140
+
+# Registers
+R_FLOW_KEY_DST = "flow_key_dst"  # id 0x16753256
+R_FLOW_KEY_PORTS = "flow_key_ports"  # id 0x1608fe89
+R_FLOW_KEY_SRC = "flow_key_src"  # id 0x16b25b07
+R_FLOW_SEEN = "flow_seen"  # id 0x16caaebd
+R_FLOW_SPM = "flow_spm"  # id 0x16f4c593
+R_FLOW_STATE = "flow_state"  # id 0x1630d763
 
 # Match fields per table, and parameters per action, in P4Info order.
 MATCH_FIELDS: dict[str, tuple[str, ...]] = {
@@ -97,6 +109,7 @@ MATCH_FIELDS: dict[str, tuple[str, ...]] = {
     "da_segment": ("version", "ipv4_dst"),
     "dnat_rule": ("ipv4_dst", "ip_proto", "l4_dport"),
     "dp_segment": ("version", "l4_dport"),
+    "flow_ageing": ("ip_proto",),
     "ids_addr_pair": ("version", "ids_sa_index", "ids_da_index"),
     "ids_classification": ("version", "ids_addr_index", "ids_port_index", "ids_proto_index"),
     "ids_naive": ("ipv4_src", "ipv4_dst", "l4_sport", "l4_dport", "ip_proto"),
@@ -136,6 +149,7 @@ ACTION_PARAMS: dict[str, tuple[str, ...]] = {
     "set_classifier_version": ("version",),
     "set_da_index": ("acl_index", "ids_index"),
     "set_dp_index": ("acl_index", "ids_index"),
+    "set_flow_timeout": ("idle", "closing"),
     "set_ids_addr_index": ("index",),
     "set_ids_class": ("class_id", "rule_id"),
     "set_ids_port_index": ("index",),
@@ -159,6 +173,7 @@ TABLE_SIZES: dict[str, int] = {
     "da_segment": 65536,
     "dnat_rule": 1024,
     "dp_segment": 65536,
+    "flow_ageing": 256,
     "ids_addr_pair": 1048576,
     "ids_classification": 1048576,
     "ids_naive": 16384,
@@ -220,7 +235,8 @@ DROP_UNSUPPORTED = 14
 DROP_NAT_NO_SESSION = 15
 DROP_CPU_LOOP = 16
 DROP_NO_SPM = 17
-DROP_REASON_COUNT = 18
+DROP_CPU_SOURCE_METER = 18
+DROP_REASON_COUNT = 19
 CPU_REASON_SESSION_NAT = 1
 CPU_REASON_ACL = 2
 CPU_REASON_COUNT = 3
@@ -231,13 +247,26 @@ RULE_NONE = 0xffffffff
 NAT_NONE = 0
 NAT_REWRITE_SRC = 1
 NAT_REWRITE_DST = 2
+FLOW_EVENT_CREATED = 0
+FLOW_EVENT_RECLAIMED = 1
+FLOW_EVENT_HIT = 2
+FLOW_EVENT_COLLISION = 3
+FLOW_EVENT_RETIRED = 4
+FLOW_EVENT_CLOSING = 5
+FLOW_EVENT_COUNT = 6
+FLOW_STATE_VALID = 0x100
+FLOW_STATE_INSTALLED = 0x200
+FLOW_STATE_CLOSING = 0x400
+FLOW_DEFAULT_IDLE_TICKS = 0x7271
+FLOW_DEFAULT_CLOSING_TICKS = 0x2626
 METER_GREEN = 0
 METER_YELLOW = 1
 METER_RED = 2
 
-DROP_NAMES: dict[int, str] = {0: "NONE", 1: "TRUNCATED", 2: "BAD_CHECKSUM", 3: "BAD_IPV4_HEADER", 4: "TTL_EXPIRED", 5: "TAG_SPOOF", 6: "UNKNOWN_TAG", 7: "NO_SESSION", 8: "ACL_DENY", 9: "NO_ROUTE", 10: "SESSION_BLOCKED", 11: "CLASS_METER", 12: "CPU_METER", 13: "UNKNOWN_PORT", 14: "UNSUPPORTED", 15: "NAT_NO_SESSION", 16: "CPU_LOOP", 17: "NO_SPM"}
+DROP_NAMES: dict[int, str] = {0: "NONE", 1: "TRUNCATED", 2: "BAD_CHECKSUM", 3: "BAD_IPV4_HEADER", 4: "TTL_EXPIRED", 5: "TAG_SPOOF", 6: "UNKNOWN_TAG", 7: "NO_SESSION", 8: "ACL_DENY", 9: "NO_ROUTE", 10: "SESSION_BLOCKED", 11: "CLASS_METER", 12: "CPU_METER", 13: "UNKNOWN_PORT", 14: "UNSUPPORTED", 15: "NAT_NO_SESSION", 16: "CPU_LOOP", 17: "NO_SPM", 18: "CPU_SOURCE_METER"}
 CPU_REASON_NAMES: dict[int, str] = {1: "SESSION_NAT", 2: "ACL"}
 ROLE_NAMES: dict[int, str] = {0: "UNKNOWN", 1: "INSIDE", 2: "OUTSIDE", 3: "SPM", 4: "CPU"}
 ACL_NAMES: dict[int, str] = {0: "DENY", 1: "PERMIT", 2: "TO_CPU"}
 NAT_NAMES: dict[int, str] = {0: "NONE", 1: "REWRITE_SRC", 2: "REWRITE_DST"}
 METER_NAMES: dict[int, str] = {0: "GREEN", 1: "YELLOW", 2: "RED"}
+FLOW_EVENT_NAMES: dict[int, str] = {0: "CREATED", 1: "RECLAIMED", 2: "HIT", 3: "COLLISION", 4: "RETIRED", 5: "CLOSING"}

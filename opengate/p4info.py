@@ -41,6 +41,9 @@ class _Index(Generic[T]):
         # Names pinned with a leading dot appear without it in P4Info; accept both spellings.
         self.by_name.setdefault(preamble.name.rsplit(".", 1)[-1], obj)
 
+    def __contains__(self, name: object) -> bool:
+        return name in self.by_name
+
     def get(self, name: str) -> T:
         try:
             return self.by_name[name]

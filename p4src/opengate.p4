@@ -35,6 +35,7 @@ control V1Ingress(inout headers_t hdr, inout local_metadata_t meta,
         meta.ingress_port = sm.ingress_port;
         meta.packet_length = sm.packet_length;
         meta.checksum_error = sm.checksum_error;
+        meta.now = sm.ingress_global_timestamp[41:10];
         if (sm.parser_error != error.NoError) {
             meta.parser_truncated = 1;
         }

@@ -17,6 +17,8 @@ typedef bit<3>  port_role_t;
 typedef bit<2>  nat_kind_t;
 typedef bit<2>  acl_verdict_t;
 typedef bit<2>  meter_color_t;
+typedef bit<32> flow_slot_t;        // index of a data-plane session slot
+typedef bit<32> flow_ticks_t;       // data-plane time: 1.024 ms ticks (timestamp in us >> 10)
 
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_ARP  = 0x0806;
@@ -71,7 +73,8 @@ const drop_reason_t DROP_UNSUPPORTED     = 14;  // not IPv4 or ARP
 const drop_reason_t DROP_NAT_NO_SESSION  = 15;  // returned from an SPM, needs NAT, session gone
 const drop_reason_t DROP_CPU_LOOP        = 16;  // injected by the CPU and would go back to it
 const drop_reason_t DROP_NO_SPM          = 17;  // the class needs inspection, no SPM is up, fail-closed
-const bit<32> DROP_REASON_COUNT = 18;
+const drop_reason_t DROP_CPU_SOURCE_METER = 18; // this source's share of the path to the CPU is used up
+const bit<32> DROP_REASON_COUNT = 19;
 
 // Why a packet goes to the controller (packet_in.reason).
 const cpu_reason_t CPU_REASON_SESSION_NAT = 1;  // opening packet of a session that needs NAT
@@ -88,6 +91,24 @@ const rule_id_t RULE_NONE = 0xffffffff;
 const nat_kind_t NAT_NONE        = 0;
 const nat_kind_t NAT_REWRITE_SRC = 1;
 const nat_kind_t NAT_REWRITE_DST = 2;
+
+// What the data-plane session slots did (index of flow_event_counter; README "The NPM pipeline").
+const bit<32> FLOW_EVENT_CREATED   = 0;  // an opening packet claimed a free slot
+const bit<32> FLOW_EVENT_RECLAIMED = 1;  // ...a slot whose flow had aged out
+const bit<32> FLOW_EVENT_HIT       = 2;  // a packet admitted by a slot (no exact entry yet)
+const bit<32> FLOW_EVENT_COLLISION = 3;  // the slot holds another live flow: controller path
+const bit<32> FLOW_EVENT_RETIRED   = 4;  // the controller removed the flow's entries: slot freed
+const bit<32> FLOW_EVENT_CLOSING   = 5;  // FIN or RST seen: the slot ages out after the linger
+const bit<32> FLOW_EVENT_COUNT     = 6;
+
+// Layout of a slot's state word: protocol, flags, class.
+const bit<32> FLOW_STATE_VALID     = 0x100;  // the slot holds a flow
+const bit<32> FLOW_STATE_INSTALLED = 0x200;  // its exact-match entries have been hit
+const bit<32> FLOW_STATE_CLOSING   = 0x400;  // FIN or RST seen
+
+// Slot lifetimes until the controller sets flow_ageing: 30 s idle, 10 s after FIN/RST.
+const flow_ticks_t FLOW_DEFAULT_IDLE_TICKS    = 29297;
+const flow_ticks_t FLOW_DEFAULT_CLOSING_TICKS = 9766;
 
 const meter_color_t METER_GREEN  = 0;
 const meter_color_t METER_YELLOW = 1;

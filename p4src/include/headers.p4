@@ -138,6 +138,11 @@ struct session_close_t {
     ((meta).drop_valid == 0 && (meta).drop_tag == 0 && (meta).port_role != ROLE_UNKNOWN \
      && ((meta).tagged == 0 || (meta).port_role == ROLE_SPM))
 
+// Why a packet that leaves by its route would be dropped: Routing, and SessionSetup for a packet
+// that a data-plane session admits.
+#define og_forwarding_drop(hdr, meta) \
+    ((meta).routed == 0 ? DROP_NO_ROUTE : ((hdr).ipv4.ttl <= 1 ? DROP_TTL_EXPIRED : DROP_NONE))
+
 struct local_metadata_t {
     // Architecture-neutral view of the intrinsic metadata (filled and consumed by the shell).
     port_id_t     ingress_port;
@@ -185,6 +190,10 @@ struct local_metadata_t {
     bit<1>      nat_before_spm;
     bit<1>      nat_applied;
 
+    // Data-plane sessions (SessionSetup, where the shell defines OG_DP_SESSIONS).
+    flow_ticks_t now;                // the packet's arrival time, set by the shell
+    bit<1>       flow_hit;           // admitted by a data-plane session slot (no exact entry yet)
+
     // Classification (HSM / IPP).
     bit<1>        classifier_version;
     seg_index_t   acl_sa_index;
@@ -225,6 +234,7 @@ struct local_metadata_t {
     bit<1>        dnat_required;
     meter_color_t class_color;
     meter_color_t cpu_color;
+    meter_color_t cpu_source_color;
 
     // Used by the TNA shell only (empty hooks on v1model): the parser's IPv4 checksum verdict, the
     // L4 checksum residual, and whether NAT changed a field the L4 checksum covers.

@@ -72,8 +72,10 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
                         }
                     }
                 }
-                if (meta.session_hit == 0 && meta.returned_nat_done == 0) {
-                    nat_policy.apply(hdr, meta);
+                if (meta.returned_nat_done == 0) {
+                    if (meta.session_hit == 0) {
+                        nat_policy.apply(hdr, meta);
+                    }
                     session_setup.apply(hdr, meta);
                 }
                 forwarding.apply(hdr, meta);

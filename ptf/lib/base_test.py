@@ -46,19 +46,54 @@ class P4RuntimeTest(BaseTest):
             str(params["grpcaddr"]), device_id=int(params.get("device_id", 1)), election_id=10
         ).connect()
         self.assertTrue(self.client.is_primary, "the test client must be the primary controller")
+        self._config_path = config_path
         if P4RuntimeTest._loaded != (p4info_path, config_path):
-            with open(config_path, "rb") as config:
-                self.client.set_pipeline(self.schema.p4info, config.read(), _PIPELINE_COOKIE)
+            self._push_pipeline()
             P4RuntimeTest._loaded = (p4info_path, config_path)
         self._undo: list[Callable[[], None]] = []
+        self._events_before = self._register_events()
 
     def tearDown(self) -> None:
         try:
             for undo in reversed(self._undo):
                 undo()
+            if self._register_events() != self._events_before:
+                self.reset_registers()
         finally:
             self.client.close()
             BaseTest.tearDown(self)
+
+    def _push_pipeline(self) -> None:
+        with open(self._config_path, "rb") as config:
+            self.client.set_pipeline(self.schema.p4info, config.read(), _PIPELINE_COOKIE)
+
+    # -- state the data plane wrote (registers) ------------------------------------------
+
+    def _register_events(self) -> tuple[int, ...]:
+        """Packet counts of the counter that records register writes (none: no registers)."""
+        if self.register_event_counter not in self.schema.counters:
+            return ()
+        counter_id = self.schema.counters.get(self.register_event_counter).preamble.id
+        cells = self.client.read_counter(counter_id)
+        return tuple(sorted((c.index.index, c.data.packet_count) for c in cells))
+
+    # The program's counter of the events that write its registers (a class attribute, so that
+    # this layer names nothing of the program itself).
+    register_event_counter: ClassVar[str] = ""
+
+    def reset_registers(self) -> None:
+        """Zero every register array, so that the next test starts from a clean data plane.
+        The built-in switch takes a wildcard register write; BMv2 takes no register writes over
+        P4Runtime, and a new pipeline push starts it from fresh state."""
+        if self.target == "soft":
+            updates = []
+            for register in self.schema.p4info.registers:
+                entry = p4r.RegisterEntry(register_id=register.preamble.id)
+                entry.data.bitstring = b"\x00"
+                updates.append(entry)
+            self.client.modify(updates)
+        else:
+            self._push_pipeline()
 
     # -- writing, with automatic clean-up ----------------------------------------------
 

@@ -146,6 +146,7 @@ class OpenGateTest(P4RuntimeTest):
     """Feature helpers: ports, routes, sessions, classification, SPM pools."""
 
     _next_member: ClassVar[int] = 1
+    register_event_counter: ClassVar[str] = pc.C_FLOW_EVENT_COUNTER
 
     def setUp(self) -> None:
         super().setUp()

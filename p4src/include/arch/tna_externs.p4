@@ -42,6 +42,13 @@
 // plane, which P4Runtime exposes as IdleTimeoutNotification, like v1model's support_timeout).
 #define OG_SESSION_IDLE_TIMEOUT idle_timeout = true
 
+// Data-plane sessions (SessionSetup) read a slot's registers and write them later in the same
+// pass, each register more than once; Tofino's RegisterActions make one read-modify-write per
+// register per packet, so the v1model code cannot serve: not on Tofino yet, and the controller
+// makes every session there (README "Running on Tofino").
+#undef OG_DP_SESSIONS
+#define OG_REGISTER(type, name, size) Register<type, bit<32>>((bit<32>)(size)) name
+
 #define OG_WIRE_CPU_PORT OG_TOFINO_CPU_PORT
 
 // Tables on the longest dependency chain (segments -> IDS class -> SPM choice) are placed before

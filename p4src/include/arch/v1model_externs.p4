@@ -16,6 +16,10 @@
 #define OG_SPM_SELECTOR(name) action_selector(HashAlgorithm.crc16, SPM_POOL_SIZE, SPM_SELECTOR_WIDTH) name
 #define OG_SESSION_IDLE_TIMEOUT support_timeout = true
 
+// Sessions made by the data plane (SessionSetup): register arrays, read and written in one pass.
+#define OG_DP_SESSIONS
+#define OG_REGISTER(type, name, size) register<type>((bit<32>)(size)) name
+
 // The CPU port as the parser sees it (the same number as the pipeline's CPU_PORT on v1model).
 #define OG_WIRE_CPU_PORT CPU_PORT
 

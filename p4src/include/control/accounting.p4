@@ -30,6 +30,8 @@ control DropDecision(inout headers_t hdr, inout local_metadata_t meta) {
             meta.drop_reason = DROP_CLASS_METER;
         } else if (OG_METER_IS_RED(meta.cpu_color)) {
             meta.drop_reason = DROP_CPU_METER;
+        } else if (OG_METER_IS_RED(meta.cpu_source_color)) {
+            meta.drop_reason = DROP_CPU_SOURCE_METER;
         }
     }
 }

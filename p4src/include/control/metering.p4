@@ -11,6 +11,10 @@ control Metering(inout headers_t hdr, inout local_metadata_t meta) {
     OG_METER(class_meter, CLASS_TABLE_SIZE);
     @name(".cpu_meter")
     OG_METER(cpu_meter, CPU_REASON_COUNT);
+    // Per source (the low bits of its IPv4 address): one host's flood of packets for the CPU
+    // cannot take the other hosts' share of the slow path.
+    @name(".cpu_source_meter")
+    OG_METER(cpu_source_meter, CPU_SOURCE_METERS);
 
     apply {
         // Two conditions, each within what one Tofino gateway can read. (ARP packets have neither
@@ -23,6 +27,8 @@ control Metering(inout headers_t hdr, inout local_metadata_t meta) {
                 }
                 if (meta.to_cpu == 1) {
                     OG_METER_EXECUTE(cpu_meter, meta.cpu_reason, meta.cpu_color);
+                    OG_METER_EXECUTE(cpu_source_meter, hdr.ipv4.src_addr[11:0],
+                                     meta.cpu_source_color);
                 }
             }
         }

@@ -1,0 +1,298 @@
+"""Step 5: sessions made by the data plane. The first permitted opening packet claims a slot; the
+reply and later packets are admitted by it before any controller write; a slot admits only its
+own flow; collisions, ageing and the controller's removals are counted and fail closed.
+
+Only the v1model build has data-plane sessions (README "The NPM pipeline"); both v1model targets
+(BMv2, the built-in switch) run these tests.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ptf import testutils
+from scapy.layers.l2 import Ether
+from scapy.packet import Packet
+
+from opengate import p4constants as pc
+from opengate.entries import Exact, Lpm, TableEntry
+
+from opengate_test import (
+    GW_MAC,
+    HOST_IN,
+    HOST_IN_MAC,
+    HOST_OUT,
+    HOST_OUT_MAC,
+    INSIDE,
+    OUTSIDE,
+    POOL,
+    SPM_A,
+    SPM_MAC,
+    TAG_BASE,
+    OpenGateTest,
+    icmp_echo,
+    ip,
+    refresh,
+    routed,
+    tag_mac,
+    tcp_packet,
+    udp_packet,
+)
+
+INSPECTED = 3
+# Two flows whose addresses differ by the same bits on both ends have the same direction-agnostic
+# key (src ^ dst), hence the same slot: a real collision, not a contrived one.
+HOST_IN_ALT = "10.0.1.11"
+HOST_OUT_ALT = "198.51.100.21"
+
+
+def reply(sport: int = 40000, flags: str = "SA", src: str = HOST_OUT, dst: str = HOST_IN) -> Packet:
+    return refresh(
+        tcp_packet(
+            src=src,
+            dst=dst,
+            sport=80,
+            dport=sport,
+            flags=flags,
+            eth_src=HOST_OUT_MAC,
+            eth_dst=GW_MAC[OUTSIDE],
+        )
+    )
+
+
+class DataPlaneSessionTest(OpenGateTest):
+    """Helpers: flow event counts (since the test began), forwarding checks."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self._event_base = {
+            event: self.counter(pc.C_FLOW_EVENT_COUNTER, event)[0] for event in pc.FLOW_EVENT_NAMES
+        }
+
+    def events(self, event: int) -> int:
+        return self.counter(pc.C_FLOW_EVENT_COUNTER, event)[0] - self._event_base[event]
+
+    def wait_events(self, event: int, count: int) -> None:
+        self.wait_for(
+            f"flow_event_counter[{pc.FLOW_EVENT_NAMES[event]}] == {count}",
+            lambda: self.events(event) == count,
+        )
+
+    def forwarded(self, port: int, packet: Packet, out_port: int, next_hop: str) -> None:
+        testutils.send_packet(self, port, bytes(packet))
+        testutils.verify_packet(self, routed(packet, out_port, next_hop), out_port)
+
+    def set_ageing(self, proto: int, idle: int, closing: int) -> None:
+        self.insert(
+            TableEntry.make(
+                pc.T_FLOW_AGEING,
+                {"ip_proto": Exact(proto)},
+                pc.A_SET_FLOW_TIMEOUT,
+                {"idle": idle, "closing": closing},
+            )
+        )
+
+
+class ReplyAdmittedBeforeControllerWrite(DataPlaneSessionTest):
+    """SYN out, SYN-ACK back, ACK out, data back: the whole handshake passes with no session
+    entry written; one digest reports the flow, one slot is created, three packets hit it."""
+
+    def runTest(self) -> None:
+        self.classify_everything(rule_id=5)
+        self.enable_digest(pc.D_SESSION_REQUEST_T)
+        self.forwarded(INSIDE, refresh(tcp_packet(flags="S")), OUTSIDE, HOST_OUT_MAC)
+        self.forwarded(OUTSIDE, reply(), INSIDE, HOST_IN_MAC)
+        self.forwarded(INSIDE, refresh(tcp_packet(flags="A")), OUTSIDE, HOST_OUT_MAC)
+        self.forwarded(OUTSIDE, reply(flags="PA"), INSIDE, HOST_IN_MAC)
+        testutils.verify_no_other_packets(self)
+        record = self.next_digest(pc.D_SESSION_REQUEST_T)
+        self.assertEqual((record["l4_sport"], record["acl_rule"]), (40000, 5))
+        self.assertEqual(self.drain_digests(), 0, "only the opening packet is reported")
+        self.wait_events(pc.FLOW_EVENT_HIT, 3)
+        self.assertEqual(self.events(pc.FLOW_EVENT_CREATED), 1)
+        self.assertEqual(self.client.read_table(self.schema.tables.get(pc.T_SESSION).id), [])
+
+
+class UdpAndEchoRepliesAdmitted(DataPlaneSessionTest):
+    """A UDP answer and an ICMP echo reply pass on the slot their request made."""
+
+    def runTest(self) -> None:
+        self.classify_everything()
+        query = refresh(udp_packet())
+        answer = refresh(
+            udp_packet(
+                src=HOST_OUT,
+                dst=HOST_IN,
+                sport=53,
+                dport=5353,
+                eth_src=HOST_OUT_MAC,
+                eth_dst=GW_MAC[OUTSIDE],
+                payload=b"answer",
+            )
+        )
+        self.forwarded(INSIDE, query, OUTSIDE, HOST_OUT_MAC)
+        self.forwarded(OUTSIDE, answer, INSIDE, HOST_IN_MAC)
+        ping = refresh(icmp_echo())
+        pong = refresh(
+            icmp_echo(
+                src=HOST_OUT, dst=HOST_IN, reply=True, eth_src=HOST_OUT_MAC, eth_dst=GW_MAC[OUTSIDE]
+            )
+        )
+        self.forwarded(INSIDE, ping, OUTSIDE, HOST_OUT_MAC)
+        self.forwarded(OUTSIDE, pong, INSIDE, HOST_IN_MAC)
+        testutils.verify_no_other_packets(self)
+        self.wait_events(pc.FLOW_EVENT_HIT, 2)
+        self.assertEqual(self.events(pc.FLOW_EVENT_CREATED), 2)
+
+
+class SlotAdmitsOnlyItsOwnFlow(DataPlaneSessionTest):
+    """A packet that shares addresses but not ports with a slot's flow, or that answers from
+    another port, is dropped as without a session."""
+
+    def runTest(self) -> None:
+        self.classify_everything()
+        self.forwarded(INSIDE, refresh(tcp_packet(flags="S")), OUTSIDE, HOST_OUT_MAC)
+        self.assert_dropped(OUTSIDE, bytes(reply(sport=40001)), pc.DROP_NO_SESSION)
+        self.assert_dropped(
+            INSIDE, bytes(refresh(tcp_packet(sport=40001, flags="A"))), pc.DROP_NO_SESSION
+        )
+        self.assertEqual(self.events(pc.FLOW_EVENT_HIT), 0)
+
+
+class CollisionTakesTheControllerPath(DataPlaneSessionTest):
+    """A second flow whose slot is held by a live flow is forwarded and reported (the controller
+    path) but gets no slot: its reply is dropped until the controller installs it, and is never
+    admitted by the other flow's slot. The first flow is unaffected."""
+
+    def runTest(self) -> None:
+        self.classify_everything()
+        self.enable_digest(pc.D_SESSION_REQUEST_T)
+        self.forwarded(INSIDE, refresh(tcp_packet(flags="S")), OUTSIDE, HOST_OUT_MAC)
+        other = refresh(tcp_packet(src=HOST_IN_ALT, dst=HOST_OUT_ALT, flags="S"))
+        self.forwarded(INSIDE, other, OUTSIDE, HOST_OUT_MAC)
+        self.wait_events(pc.FLOW_EVENT_COLLISION, 1)
+        self.assertEqual(self.events(pc.FLOW_EVENT_CREATED), 1)
+        record = self.next_digest(pc.D_SESSION_REQUEST_T)
+        record = self.next_digest(pc.D_SESSION_REQUEST_T)
+        self.assertEqual(record["ipv4_src"], int.from_bytes(bytes([10, 0, 1, 11]), "big"))
+        self.assert_dropped(
+            OUTSIDE, bytes(reply(src=HOST_OUT_ALT, dst=HOST_IN_ALT)), pc.DROP_NO_SESSION
+        )
+        self.forwarded(OUTSIDE, reply(), INSIDE, HOST_IN_MAC)
+        testutils.verify_no_other_packets(self)
+
+
+class AgedSlotIsReclaimed(DataPlaneSessionTest):
+    """Past its protocol's idle time a slot admits nothing, and the next flow that hashes there
+    claims it (counted as reclaimed)."""
+
+    def runTest(self) -> None:
+        self.classify_everything()
+        self.set_ageing(6, idle=50, closing=10)  # about 51 ms of 1.024 ms ticks
+        self.forwarded(INSIDE, refresh(tcp_packet(flags="S")), OUTSIDE, HOST_OUT_MAC)
+        time.sleep(0.3)  # the condition under test is time itself: six idle periods pass
+        self.assert_dropped(OUTSIDE, bytes(reply()), pc.DROP_NO_SESSION)
+        other = refresh(tcp_packet(src=HOST_IN_ALT, dst=HOST_OUT_ALT, flags="S"))
+        self.forwarded(INSIDE, other, OUTSIDE, HOST_OUT_MAC)
+        self.wait_events(pc.FLOW_EVENT_RECLAIMED, 1)
+        self.assertEqual(self.events(pc.FLOW_EVENT_CREATED), 2)
+        self.forwarded(OUTSIDE, reply(src=HOST_OUT_ALT, dst=HOST_IN_ALT), INSIDE, HOST_IN_MAC)
+        testutils.verify_no_other_packets(self)
+
+
+class ResetClosesTheSlot(DataPlaneSessionTest):
+    """After an RST the slot lives only for the closing linger; then the flow's packets are
+    dropped as without a session."""
+
+    def runTest(self) -> None:
+        self.classify_everything()
+        self.set_ageing(6, idle=100_000, closing=50)
+        self.forwarded(INSIDE, refresh(tcp_packet(flags="S")), OUTSIDE, HOST_OUT_MAC)
+        self.forwarded(OUTSIDE, reply(flags="R"), INSIDE, HOST_IN_MAC)
+        self.wait_events(pc.FLOW_EVENT_CLOSING, 1)
+        time.sleep(0.3)  # past the closing linger
+        self.assert_dropped(INSIDE, bytes(refresh(tcp_packet(flags="A"))), pc.DROP_NO_SESSION)
+
+
+class ControllerRemovalRetiresTheSlot(DataPlaneSessionTest):
+    """Once the exact entries carried the flow, their removal ends it in the data plane too:
+    the next packet finds no entry, the slot is freed (retired) and the packet is dropped."""
+
+    def runTest(self) -> None:
+        self.classify_everything()
+        self.forwarded(INSIDE, refresh(tcp_packet(flags="S")), OUTSIDE, HOST_OUT_MAC)
+        forward = self.schema.encode_entry(self.session_entry(HOST_IN, HOST_OUT, 6, 40000, 80))
+        back = self.schema.encode_entry(self.session_entry(HOST_OUT, HOST_IN, 6, 80, 40000))
+        self.client.insert([forward, back])
+        self.forwarded(INSIDE, refresh(tcp_packet(flags="A")), OUTSIDE, HOST_OUT_MAC)
+        self.wait_for(
+            "the exact entry to count the packet",
+            lambda: self.direct_counter(self.session_entry(HOST_IN, HOST_OUT, 6, 40000, 80))[0],
+        )
+        self.client.delete([forward, back])
+        self.assert_dropped(OUTSIDE, bytes(reply(flags="A")), pc.DROP_NO_SESSION)
+        self.assertEqual(self.events(pc.FLOW_EVENT_RETIRED), 1)
+        self.assertEqual(self.events(pc.FLOW_EVENT_HIT), 0)
+
+
+class InspectedReplyFollowsTheSlotsSpm(DataPlaneSessionTest):
+    """The reply of an inspected flow goes to the SPM its opening packet went to, tagged, before
+    any session entry exists."""
+
+    def runTest(self) -> None:
+        self.classify_everything(ids_class=INSPECTED)
+        self.add_spm_pool(POOL, [(SPM_A, 1)], class_id=INSPECTED)
+        syn = refresh(tcp_packet(flags="S"))
+        testutils.send_packet(self, INSIDE, bytes(syn))
+        testutils.verify_packet(self, to_spm(syn, SPM_A), SPM_A)
+        answer = reply()
+        testutils.send_packet(self, OUTSIDE, bytes(answer))
+        testutils.verify_packet(self, to_spm(answer, SPM_A), SPM_A)
+        testutils.verify_no_other_packets(self)
+        self.wait_events(pc.FLOW_EVENT_HIT, 1)
+
+
+class NatFlowsStayWithTheController(DataPlaneSessionTest):
+    """A flow that needs NAT goes to the controller (packet-in) and claims no slot."""
+
+    def runTest(self) -> None:
+        self.classify_everything()
+        self.insert(
+            TableEntry.make(
+                pc.T_SNAT_RULE,
+                {"egress_port": Exact(OUTSIDE), "ipv4_src": Lpm(ip("10.0.1.0"), 24)},
+                pc.A_MASQUERADE,
+                {},
+            )
+        )
+        testutils.send_packet(self, INSIDE, bytes(refresh(tcp_packet(flags="S"))))
+        self.assertIsNotNone(self.client.get_packet_in(timeout=5), "no packet-in")
+        testutils.verify_no_other_packets(self)
+        self.assertEqual(self.events(pc.FLOW_EVENT_CREATED), 0)
+
+
+class CpuPathMeteredPerSource(DataPlaneSessionTest):
+    """When one source has used up its share of the path to the CPU, its packets are dropped
+    (cpu_source_meter) while another source's still reach the controller."""
+
+    def runTest(self) -> None:
+        self.classify_everything(acl_action=pc.A_ACL_TO_CPU)
+        index = int.from_bytes(bytes([10, 0, 1, 10]), "big") & 0xFFF
+        self.write_meter(pc.M_CPU_SOURCE_METER, index, cir=1, cburst=100, pir=1, pburst=100)
+        flood = bytes(refresh(tcp_packet(flags="S", payload=b"x" * 200)))
+        testutils.send_packet(self, INSIDE, flood)
+        self.wait_for(
+            "the flooding source's packet to be dropped by its meter",
+            lambda: self.counter(pc.C_DROP_COUNTER, pc.DROP_CPU_SOURCE_METER)[0] == 1,
+        )
+        other = bytes(refresh(tcp_packet(src=HOST_IN_ALT, flags="S", payload=b"x" * 200)))
+        testutils.send_packet(self, INSIDE, other)
+        self.assertIsNotNone(self.client.get_packet_in(timeout=5), "no packet-in")
+        testutils.verify_no_other_packets(self)
+
+
+def to_spm(packet: Packet, spm_port: int) -> Packet:
+    out = packet.copy()
+    out[Ether].src = tag_mac(TAG_BASE)
+    out[Ether].dst = SPM_MAC[spm_port]
+    return out
