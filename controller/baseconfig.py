@@ -8,7 +8,7 @@ entries, then groups, then table entries, and deletions last.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -26,10 +26,19 @@ BASE_TABLES = (
     pc.T_SNAT_RULE,
     pc.T_DNAT_RULE,
     pc.T_CLASS_POLICY,
+    pc.T_FLOW_AGEING,
 )
 # Keyless tables whose default action the base configuration sets.
 BASE_DEFAULTS = (pc.T_NPM_IDENTITY, pc.T_ACL_VERDICT)
-METERS = (pc.M_CLASS_METER, pc.M_CPU_METER)
+METERS = (pc.M_CLASS_METER, pc.M_CPU_METER, pc.M_CPU_SOURCE_METER)
+# Protocols whose data-plane session lifetimes the policy sets (flow_ageing; other protocols take
+# the program's default, which the "other" timeout replaces through the table's default entry).
+_AGEING_PROTOCOLS = (pc.IP_PROTO_TCP, pc.IP_PROTO_UDP, pc.IP_PROTO_ICMP)
+
+
+def flow_ticks(seconds: float) -> int:
+    """Seconds as data-plane ticks (FLOW_TICK_US microseconds each), at least one."""
+    return max(1, round(seconds * 1_000_000 / pc.FLOW_TICK_US))
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +105,20 @@ def acl_default_entry(policy: Policy) -> TableEntry:
     )
 
 
-def desired_base(policy: Policy, tag_base: int, weights: Mapping[str, int]) -> BaseConfig:
-    """The base configuration. `weights`: SPM name -> current weight (0 or absent: out)."""
+def desired_base(
+    policy: Policy,
+    tag_base: int,
+    weights: Mapping[str, int],
+    available: Container[str] | None = None,
+) -> BaseConfig:
+    """The base configuration. `weights`: SPM name -> current weight (0 or absent: out).
+    `available`: the tables and meters the NPM's program has (None: all of them); the TNA build
+    has no data-plane sessions, hence no flow_ageing."""
     out = BaseConfig()
+
+    def has(name: str) -> bool:
+        return available is None or name in available
+
     for port in policy.ports:
         out.add(
             TableEntry.make(
@@ -219,6 +239,26 @@ def desired_base(policy: Policy, tag_base: int, weights: Mapping[str, int]) -> B
         meter = policy.meter(name)
         config = (meter.cir, meter.cburst, meter.pir, meter.pburst)
         out.meters[(pc.M_CPU_METER, reason)] = MeterCell(pc.M_CPU_METER, reason, config)
+    if policy.cpu_source_meter is not None and has(pc.M_CPU_SOURCE_METER):
+        meter = policy.meter(policy.cpu_source_meter)
+        config = (meter.cir, meter.cburst, meter.pir, meter.pburst)
+        for index in range(pc.METER_SIZES[pc.M_CPU_SOURCE_METER]):
+            out.meters[(pc.M_CPU_SOURCE_METER, index)] = MeterCell(
+                pc.M_CPU_SOURCE_METER, index, config
+            )
+    # Data-plane session lifetimes: the policy's idle timeouts and closing linger.
+    if has(pc.T_FLOW_AGEING):
+        settings = policy.sessions
+        linger = flow_ticks(settings.closing_linger)
+        for proto in _AGEING_PROTOCOLS:
+            out.add(
+                TableEntry.make(
+                    pc.T_FLOW_AGEING,
+                    {"ip_proto": Exact(proto)},
+                    pc.A_SET_FLOW_TIMEOUT,
+                    {"idle": flow_ticks(settings.timeout_for(proto)), "closing": linger},
+                )
+            )
     return out
 
 

@@ -124,6 +124,12 @@ class NpmConnection:
         self.pipeline_pushed = False
         self._resolve_ids()
 
+    @property
+    def available(self) -> frozenset[str]:
+        """Names of the tables and meters this NPM's program has (builds differ: no
+        data-plane sessions on TNA)."""
+        return frozenset(self.schema.tables.by_name) | frozenset(self.schema.meters.by_name)
+
     def _resolve_ids(self) -> None:
         schema = self.schema
         self.session_table = schema.tables.get(pc.T_SESSION)
@@ -414,6 +420,7 @@ class NpmConnection:
         queries = [
             p4r.Entity(table_entry=p4r.TableEntry(table_id=self.schema.tables.get(t).id))
             for t in BASE_TABLES
+            if t in self.schema.tables
         ]
         queries += [
             p4r.Entity(
@@ -451,6 +458,8 @@ class NpmConnection:
             pool = decode_value(entry.match[0].exact.value) if entry.match else 0
             out.group_entries[pool] = GroupEntry(pool, entry.action.action_profile_group_id)
         for meter in METERS:
+            if meter not in self.schema.meters:
+                continue
             meter_id = self.schema.meters.get(meter).preamble.id
             query = p4r.MeterEntry(meter_id=meter_id)
             for entity in self.read([p4r.Entity(meter_entry=query)]):

@@ -220,6 +220,7 @@ class Policy:
     cpu_meters: Mapping[int, str]  # CPU reason -> meter name
     sessions: SessionSettings
     spm: SpmSettings
+    cpu_source_meter: str | None = None  # every source's own share of the path to the CPU
 
     # -- lookups the controller needs ---------------------------------------------------------
 
@@ -364,7 +365,7 @@ class _Loader:
         spms, pools = self._spms(top, ports)
         chains = self._chains(top, pools)
         classes = self._classes(top, chains, meters)
-        cpu_meters = self._cpu_meters(top, meters)
+        cpu_meters, cpu_source_meter = self._cpu_meters(top, meters)
         acl_default, acl_rules = self._acl(top)
         ids_file, ids_headers = self._ids(top, classes)
         nat = self._nat(top, ports, routes)
@@ -393,6 +394,7 @@ class _Loader:
             cpu_meters=cpu_meters,
             sessions=sessions,
             spm=spm,
+            cpu_source_meter=cpu_source_meter,
         )
 
     # -- helpers -------------------------------------------------------------------------------
@@ -562,20 +564,29 @@ class _Loader:
             item.reject_unknown()
         return tuple(out)
 
-    def _cpu_meters(self, top: Reader, meters: Sequence[MeterSpec]) -> dict[int, str]:
+    def _cpu_meters(
+        self, top: Reader, meters: Sequence[MeterSpec]
+    ) -> tuple[dict[int, str], str | None]:
+        """Meters on the path to the CPU: per reason, and `per_source` (each source address has
+        its own cell of that rate, so that one host's flood leaves the others their share)."""
         out: dict[int, str] = {}
+        per_source: str | None = None
         if not top.has("cpu_meters"):
-            return out
+            return out, per_source
         section = top.sub("cpu_meters")
         names = {m.name for m in meters}
+        known = [*CPU_REASONS, "per_source"]
         for key in list(section.data):
-            if key not in CPU_REASONS:
-                raise section.error(key, f"unknown CPU reason (known: {', '.join(CPU_REASONS)})")
+            if key not in known:
+                raise section.error(key, f"unknown CPU reason (known: {', '.join(known)})")
             meter = section.get(key, as_str)
             if meter not in names:
                 raise section.error(key, f"no meter named {meter!r}")
-            out[CPU_REASONS[key]] = meter
-        return out
+            if key == "per_source":
+                per_source = meter
+            else:
+                out[CPU_REASONS[key]] = meter
+        return out, per_source
 
     def _spm_settings(self, top: Reader) -> SpmSettings:
         if not top.has("spm"):

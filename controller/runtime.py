@@ -408,7 +408,9 @@ class Controller:
                 raise RequestError(
                     422, f"the rules do not fit the classifier: {overflow}"
                 ) from None
-        desired = desired_base(policy, state.tag_base, self._weights_for(policy))
+        desired = desired_base(
+            policy, state.tag_base, self._weights_for(policy), state.conn.available
+        )
         diff = diff_base(state.base or BaseConfig(), desired)
         flip_extra: list[TableEntry] = []
         if update is not None and update.to_version != update.from_version:
@@ -555,7 +557,9 @@ class Controller:
         """Write the selector groups that changed (weights, members up or down)."""
         assert self.policy is not None
         for state in self._primaries():
-            desired = desired_base(self.policy, state.tag_base, self._weights_for(self.policy))
+            desired = desired_base(
+                self.policy, state.tag_base, self._weights_for(self.policy), state.conn.available
+            )
             current = state.base or BaseConfig()
             diff = diff_base(current, desired)
             if diff.count():

@@ -106,6 +106,11 @@ def render(p4info_paths: Sequence[Path], defines_path: Path) -> str:
     for table in sorted(info.tables, key=lambda t: t.preamble.name):
         out.append(f'    "{table.preamble.name}": {table.size},')
     out.append("}")
+    out.append("# Declared meter sizes (cells) of the v1model build, per indirect meter.")
+    out.append("METER_SIZES: dict[str, int] = {")
+    for meter in sorted(info.meters, key=lambda m: m.preamble.name):
+        out.append(f'    "{meter.preamble.name}": {meter.size},')
+    out.append("}")
     out.append("")
     out.append("# Controller packet metadata fields.")
     for kind, fields in sorted(schema.packet_metadata.items()):

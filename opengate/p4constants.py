@@ -190,6 +190,12 @@ TABLE_SIZES: dict[str, int] = {
     "spm_return": 1024,
     "spm_select": 1024,
 }
+# Declared meter sizes (cells) of the v1model build, per indirect meter.
+METER_SIZES: dict[str, int] = {
+    "class_meter": 256,
+    "cpu_meter": 3,
+    "cpu_source_meter": 4096,
+}
 
 # Controller packet metadata fields.
 PACKET_IN_FIELDS = ("ingress_port", "_pad0", "reason", "ids_class", "acl_rule", "spm_port", "_pad",)
@@ -257,6 +263,7 @@ FLOW_EVENT_COUNT = 6
 FLOW_STATE_VALID = 0x100
 FLOW_STATE_INSTALLED = 0x200
 FLOW_STATE_CLOSING = 0x400
+FLOW_TICK_US = 0x400
 FLOW_DEFAULT_IDLE_TICKS = 0x7271
 FLOW_DEFAULT_CLOSING_TICKS = 0x2626
 METER_GREEN = 0

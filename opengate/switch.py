@@ -78,7 +78,11 @@ def start_switch(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     LOG.info("starting %s: %s", choice.target.value, " ".join(argv))
     with log_path.open("wb") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        # Its own session: a Ctrl-C typed at a terminal program (the Mininet CLI) is not for the
+        # switch; whoever started it stops it by PID.
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         wait_for_port("127.0.0.1", port, ready_timeout, process)
     except BaseException:

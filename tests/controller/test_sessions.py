@@ -106,8 +106,14 @@ def test_duplicate_digests_install_once(
     reverse = key(OUT1, H1, pc.IP_PROTO_UDP, 53, 5353)
     fake.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow)] * 3)
     fake.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow), request(reverse, ingress_port=2)])
+    # The duplicate count, the entries and the database row are written at different moments
+    # (the row by the DB writer after the switch): wait for all three before asserting.
     wait_until(
-        "4 duplicates", lambda: controller.sessions and controller.sessions.stats.duplicates == 4
+        "4 duplicates, both entries and the database row",
+        lambda: controller.sessions
+        and controller.sessions.stats.duplicates == 4
+        and len(session_entries(fake)) == 2
+        and len(db_sessions(controller)) == 1,
     )
     assert len(session_entries(fake)) == 2
     assert len(db_sessions(controller)) == 1
