@@ -18,7 +18,7 @@ typedef bit<2>  nat_kind_t;
 typedef bit<2>  acl_verdict_t;
 typedef bit<2>  meter_color_t;
 typedef bit<32> flow_slot_t;        // index of a data-plane session slot
-typedef bit<32> flow_ticks_t;       // data-plane time: 1.024 ms ticks (timestamp in us >> 10)
+typedef bit<32> flow_ticks_t;       // data-plane time in ticks of FLOW_TICK_US microseconds
 
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_ARP  = 0x0806;
@@ -106,6 +106,8 @@ const bit<32> FLOW_STATE_VALID     = 0x100;  // the slot holds a flow
 const bit<32> FLOW_STATE_INSTALLED = 0x200;  // its exact-match entries have been hit
 const bit<32> FLOW_STATE_CLOSING   = 0x400;  // FIN or RST seen
 
+// A tick of data-plane time: the shell's microsecond timestamp >> 10.
+const bit<32> FLOW_TICK_US = 1024;
 // Slot lifetimes until the controller sets flow_ageing: 30 s idle, 10 s after FIN/RST.
 const flow_ticks_t FLOW_DEFAULT_IDLE_TICKS    = 29297;
 const flow_ticks_t FLOW_DEFAULT_CLOSING_TICKS = 9766;
