@@ -8,9 +8,7 @@ import time
 import pytest
 
 from opengate import p4constants as pc
-from opengate.p4info import P4Schema
-from opengate.p4rt import P4RuntimeClient
-from opengate.target import p4_build_dir
+from tests.e2e.npm_counters import npm_counter
 from topo.net import GatewayNetwork
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -20,13 +18,8 @@ GATEWAY_OUTSIDE_MAC = "02:00:00:00:00:02"
 
 
 def drops(gateway: GatewayNetwork, reason: int) -> int:
-    """drop_counter[reason], read over P4Runtime (reads need no primary role)."""
-    schema = P4Schema.load(p4_build_dir() / "opengate.p4info.txtpb")
-    address = gateway.net.get("npm1").grpc_address
-    with P4RuntimeClient(address, election_id=1).connect() as client:
-        counter_id = schema.counters.get(pc.C_DROP_COUNTER).preamble.id
-        (entry,) = client.read_counter(counter_id, reason)
-        return int(entry.data.packet_count)
+    """drop_counter[reason]."""
+    return npm_counter(gateway, pc.C_DROP_COUNTER, reason)
 
 
 def send_from_out1(gateway: GatewayNetwork, frame: str) -> None:

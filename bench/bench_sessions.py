@@ -1,0 +1,155 @@
+"""TCP connect time through the gateway in Mininet (h1 -> out1:80, each a new connection), with
+sessions made by the data plane (routed: the example policy without masquerade) and by the
+controller (masqueraded: the example policy), beside the round trip of a connection whose
+session already exists.
+
+    sudo .venv/bin/python -m bench.bench_sessions [--connections 200]
+
+Needs root (Mininet). One topology on the selected target; the policies are switched through the
+API. Figures: p50 / p99 / max of connect() in milliseconds, and how many took over 900 ms (a
+retransmitted SYN: the stall data-plane sessions remove).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import Any
+
+from opengate.target import repo_root, select_target
+from topo.model import load_topology
+from topo.net import GatewayNetwork
+
+OUT1 = "198.51.100.20"
+
+# Run on h1: N new connections, each timed from connect() to established; then, on one
+# connection, N request round trips (the session already exists).
+CLIENT = r"""
+import json, socket, sys, time
+host, n, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out = []
+if mode == "connect":
+    for _ in range(n):
+        s = socket.socket()
+        s.settimeout(10)
+        t = time.perf_counter()
+        try:
+            s.connect((host, 80))
+            out.append(time.perf_counter() - t)
+        except OSError:
+            out.append(None)
+        s.close()
+else:
+    s = socket.create_connection((host, 80), timeout=10)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    request = f"GET /whoami HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    for _ in range(n):
+        t = time.perf_counter()
+        s.sendall(request)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += s.recv(4096)
+        head, _, body = data.partition(b"\r\n\r\n")
+        fields = [f for f in head.split(b"\r\n") if f.lower().startswith(b"content-length")]
+        length = int(fields[0].split(b":")[1])
+        while len(body) < length:
+            body += s.recv(4096)
+        out.append(time.perf_counter() - t)
+print(json.dumps(out))
+"""
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def measure(network: GatewayNetwork, n: int, mode: str) -> dict[str, Any]:
+    path = repo_root() / "run" / "bench-sessions" / "client.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(CLIENT)
+    result = network.run("h1", f"{sys.executable} {path} {OUT1} {n} {mode}", timeout=n * 12 + 60)
+    if result.returncode != 0:
+        return {"error": result.output.strip().splitlines()[-1:] or ["client failed"]}
+    times = json.loads(result.output.strip().splitlines()[-1])
+    ok = [t * 1000 for t in times if t is not None]
+    if not ok:
+        return {"error": ["no connection succeeded"]}
+    return {
+        "n": len(times),
+        "failed": len(times) - len(ok),
+        "p50": percentile(ok, 50),
+        "p99": percentile(ok, 99),
+        "max": max(ok),
+        "stalls": sum(1 for t in ok if t > 900),
+    }
+
+
+def without_masquerade(text: str) -> str:
+    return re.sub(r"\n  masquerade:\n(    - [^\n]*\n)+", "\n", text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--connections", type=int, default=200)
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench_sessions: skipped, Mininet needs root")
+        return 0
+    root = repo_root()
+    spec = load_topology(root / "topo" / "gateway.yaml", root=root)
+    run_dir = root / "run" / "bench-sessions"
+    choice = select_target()
+    rows: list[tuple[str, dict[str, Any]]] = []
+    with GatewayNetwork(spec, run_dir, target=choice) as network:
+        running = network.api("GET", "/api/v1/policy")
+        path = str(spec.policy)
+        routed = without_masquerade(running["text"])
+        network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": routed})
+        rows.append(
+            (
+                "routed: session made by the data plane",
+                measure(network, args.connections, "connect"),
+            )
+        )
+        rows.append(
+            (
+                "routed: request on an existing session",
+                measure(network, args.connections, "request"),
+            )
+        )
+        network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": running["text"]})
+        rows.append(
+            (
+                "masqueraded: session made by the controller",
+                measure(network, args.connections, "connect"),
+            )
+        )
+        rows.append(
+            (
+                "masqueraded: request on an existing session",
+                measure(network, args.connections, "request"),
+            )
+        )
+    print(
+        f"Command: `{' '.join(['python -m bench.bench_sessions', *(argv or sys.argv[1:])])}`, "
+        f"target {choice.target.value}, h1 -> out1:80, {args.connections} each\n"
+    )
+    print("| what | n | failed | p50 ms | p99 ms | max ms | over 900 ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, r in rows:
+        if "error" in r:
+            print(f"| {name} | failed: {r['error'][0]} | | | | | |")
+        else:
+            print(
+                f"| {name} | {r['n']} | {r['failed']} | {r['p50']:.2f} | {r['p99']:.2f} "
+                f"| {r['max']:.1f} | {r['stalls']} |"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
