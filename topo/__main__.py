@@ -22,7 +22,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     add_arguments(sub.add_parser("run", help="bring up the topology"))
     args = parser.parse_args(argv)
-    return handle(args)
+    try:
+        return handle(args)
+    except KeyboardInterrupt:  # Ctrl-C during bring-up: everything is stopped already
+        return 130
 
 
 if __name__ == "__main__":

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
+import sys
 from pathlib import Path
 from types import FrameType
 
-from mininet.cli import CLI
-
 from opengate.errors import ConfigError
 from opengate.target import repo_root
+from topo.console import GatewayCLI, foreground_group
 from topo.model import load_topology
 from topo.net import GatewayNetwork
 
@@ -51,26 +52,40 @@ def _parse_command(text: str) -> tuple[str, str]:
 
 
 def _terminate(signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    """SIGTERM, or SIGHUP (the terminal went away): stop everything, exit 128 + the signal."""
+    raise SystemExit(128 + signum)
 
 
 def handle(args: argparse.Namespace) -> int:
     commands = [_parse_command(text) for text in args.commands]
     spec = load_topology(args.topology, root=repo_root())
-    signal.signal(signal.SIGTERM, _terminate)
-    with GatewayNetwork(spec, args.run_dir) as network:
-        print(f"topology {spec.name} is up on {network.target.target.value}")
-        token = args.run_dir / "api-token"
-        print(f"  controller REST API: http://{network.api_address}/  (token in {token})")
-        print(f"  logs: {args.run_dir}/")
-        if not commands:
-            CLI(network.net)
-            return 0
-        status = 0
-        for host, command in commands:
-            result = network.run(host, command)
-            print(f"--- {host}$ {command}  (exit {result.returncode})")
-            print(result.output, end="" if result.output.endswith("\n") else "\n")
-            if result.returncode != 0 and status == 0:
-                status = result.returncode
-        return status
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _terminate)
+    network = GatewayNetwork(spec, args.run_dir)
+    interactive = not commands
+    # The CLI owns the terminal's Ctrl-C from bring-up to the end of the clean-up.
+    with foreground_group(sys.stdin) if interactive else contextlib.nullcontext():
+        try:
+            network.start()
+            print(f"topology {spec.name} is up on {network.target.target.value}")
+            token = args.run_dir / "api-token"
+            print(f"  controller REST API: http://{network.api_address}/  (token in {token})")
+            print(f"  logs: {args.run_dir}/")
+            if interactive:
+                print("  Mininet CLI: 'help' lists the commands, 'exit' or Ctrl-D stops everything")
+                sys.stdout.flush()
+                GatewayCLI(network)
+                return 0
+            status = 0
+            for host, command in commands:
+                result = network.run(host, command)
+                print(f"--- {host}$ {command}  (exit {result.returncode})")
+                print(result.output, end="" if result.output.endswith("\n") else "\n")
+                if result.returncode != 0 and status == 0:
+                    status = result.returncode
+            return status
+        finally:
+            # A second Ctrl-C or signal must not cut the clean-up short.
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_IGN)
+            network.stop()

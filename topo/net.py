@@ -59,7 +59,7 @@ def _spm_started(eve_log: Path) -> bool:
     return False
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """Child processes of `pid`, recursively (from /proc)."""
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
@@ -68,7 +68,7 @@ def _descendants(pid: int) -> list[int]:
         except OSError:
             continue
         for child in map(int, children):
-            out += [child, *_descendants(child)]
+            out += [child, *descendants(child)]
     return out
 
 
@@ -286,7 +286,7 @@ class GatewayNetwork:
         inspection would (clamd stays up); returns the time.time() of the kill."""
         for index, (label, process) in enumerate(self._processes):
             if label == f"{name}:spm" and process.poll() is None:
-                family = [process.pid, *_descendants(process.pid)]
+                family = [process.pid, *descendants(process.pid)]
                 killed_at = time.time()
                 for pid in family:
                     with contextlib.suppress(ProcessLookupError):
@@ -381,7 +381,10 @@ class GatewayNetwork:
 
     def _spawn(self, name: str, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
         with log_path.open("wb") as log:
-            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            # Its own session: a Ctrl-C typed at the Mininet CLI is not meant for the controller.
+            process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         self._processes.append((name, process))
         LOG.info("started %s (pid %d), log %s", name, process.pid, log_path)
         return process

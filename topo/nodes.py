@@ -29,6 +29,9 @@ class NetnsHost(Host):  # type: ignore[misc]
         return super()._popen(cmd, **params)
 
     def popen(self, *args: Any, **kwargs: Any) -> Any:
+        # In a session of its own, as `mnexec -d` would do: a Ctrl-C typed at the CLI is not for
+        # the host's daemons and commands (the CLI passes it to the command it waits for).
+        kwargs.setdefault("start_new_session", True)
         kwargs.setdefault("mncmd", ["nsenter", f"--net=/proc/{self.pid}/ns/net"])
         return super().popen(*args, **kwargs)
 
