@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from controller.baseconfig import desired_base
 from controller.policy import load_policy
 from opengate import p4constants as pc
+from opengate.entries import Exact
 from opengate.errors import ConfigError
 from opengate.target import repo_root
 
@@ -98,6 +100,18 @@ def test_lab_policy_maps_ids_rules_to_classes(lab: Path) -> None:
         ),
         ("closing_linger: 0.2", "closing_linger: -1", "sessions.closing_linger", ">= 0"),
         ("queue_limit: 1000", "queue_limt: 1000", "spm.queue_limt", "unknown field"),
+        (
+            "cpu_meters: {session_nat: cpu}",
+            "cpu_meters: {session_nat: cpu, per_source: cpu2}",
+            "cpu_meters.per_source",
+            "no meter named",
+        ),
+        (
+            "cpu_meters: {session_nat: cpu}",
+            "cpu_meters: {session_nat: cpu, per_host: cpu}",
+            "cpu_meters.per_host",
+            "unknown CPU reason (known: session_nat, acl, per_source)",
+        ),
         (
             "{name: spm2, port: 4,",
             "{name: spm2, port: 5,",
@@ -217,3 +231,23 @@ def test_example_policy_agrees_with_the_topology(topology_file: str) -> None:
             gateway_port = policy.port(neighbour.port)
             assert gateway_port is not None
             assert host.gateway in {a.ip for a in gateway_port.addresses}, host.name
+
+
+def test_example_policy_meters_each_source_and_ages_data_plane_sessions() -> None:
+    """The base configuration gives every source its cell of the per-source CPU meter, and the
+    data plane's session lifetimes are the policy's idle timeouts and linger, in ticks."""
+    policy = load_policy(repo_root() / "controller" / "examples" / "gateway.yaml")
+    base = desired_base(policy, tag_base=0x100, weights={})
+    cells = [key for key in base.meters if key[0] == pc.M_CPU_SOURCE_METER]
+    assert len(cells) == pc.METER_SIZES[pc.M_CPU_SOURCE_METER]
+    ageing = {
+        dict(entry.match)["ip_proto"]: dict(entry.params)
+        for entry in base.entries.values()
+        if entry.table == pc.T_FLOW_AGEING
+    }
+    tcp = ageing[Exact(pc.IP_PROTO_TCP)]
+    assert tcp["idle"] == round(300 * 1_000_000 / pc.FLOW_TICK_US)
+    assert tcp["closing"] == round(2 * 1_000_000 / pc.FLOW_TICK_US)
+    without = desired_base(policy, tag_base=0x100, weights={}, available=frozenset())
+    assert not [e for e in without.entries.values() if e.table == pc.T_FLOW_AGEING]
+    assert not [k for k in without.meters if k[0] == pc.M_CPU_SOURCE_METER]
