@@ -72,6 +72,34 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def _running(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie waiting for its new parent to reap it does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def stop_family(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """Stop `process` by PID, then what it started (an SPM's workers, say), by PID: they get
+    `timeout` to end on their own, as they do when their parent goes, then SIGTERM, SIGKILL."""
+    family = descendants(process.pid)
+    stop_process(process, timeout)
+    for sig in (0, signal.SIGTERM, signal.SIGKILL):
+        for pid in family if sig else ():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        while family and time.monotonic() < deadline:
+            family = [pid for pid in family if _running(pid)]
+            if family:
+                time.sleep(0.05)
+        if not family:
+            return
+        LOG.warning("pids %s outlived their parent %d", family, process.pid)
+
+
 def _wait_until(
     what: str, condition: Callable[[], bool], timeout: float, process: subprocess.Popen[bytes]
 ) -> None:
@@ -413,7 +441,7 @@ class GatewayNetwork:
     def stop(self) -> None:
         for name, process in reversed(self._processes):
             LOG.info("stopping %s (pid %d)", name, process.pid)
-            stop_process(process)
+            stop_family(process)
         self._processes.clear()
         if self.net is not None:
             self.net.stop()
