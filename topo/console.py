@@ -35,7 +35,6 @@ from topo.nodes import P4Npm
 PING_TIMEOUT = "2"  # seconds each `pingall` ping waits for its reply (`pingall N` overrides)
 IPERF_PORT = 5001  # Mininet's iperf port; out1's iperf3 service keeps 5201
 IPERF_SECONDS = 5
-CLIENT_COMMANDS = ("sessions", "alerts", "spms", "status", "policy")
 
 OPENGATE_HELP = """
 OpenGate commands, run against this topology's controller (the output of `opengate COMMAND`):
@@ -117,6 +116,18 @@ class GatewayCLI(CLI):  # type: ignore[misc]
         names.setdefault("gateway", self.network)
         return names
 
+    def default(self, line: str) -> None:
+        """`NODE COMMAND`, as in Mininet; a node name in COMMAND stands for its IP address, and
+        one line says so when that node has none (an SPM host, a switch)."""
+        first, args, _ = self.parseline(line)
+        if first in self.mn and args:
+            unaddressed = sorted(
+                {w for w in args.split(" ") if w in self.mn and w != first and not self.mn[w].IP()}
+            )
+            if unaddressed:
+                output(f"*** {', '.join(unaddressed)}: no IP address, the name is left as is\n")
+        super().default(line)
+
     # -- hosts with and without an address ----------------------------------------------------
 
     def _addressed(self, hosts: list[Any], say: bool = True) -> list[Any]:
@@ -136,10 +147,10 @@ class GatewayCLI(CLI):  # type: ignore[misc]
             return ""
 
     def _ping(self, hosts: list[Any], timeout: str) -> None:
-        """Mininet's ping matrix (one ping per pair), with a note when the only losses are
-        outside hosts that cannot reach inside addresses, as the gateway intends."""
+        """Mininet's ping matrix (one ping per pair), and a note when outside hosts got no reply
+        from inside addresses, as the gateway intends."""
         sent = received = 0
-        expected_losses = unexpected_losses = 0
+        expected_losses = 0
         for source in hosts:
             output(f"{source.name} -> ")
             for dest in hosts:
@@ -150,11 +161,9 @@ class GatewayCLI(CLI):  # type: ignore[misc]
                 sent += count
                 received += answered
                 output(f"{dest.name} " if answered else "X ")
-                if not answered:
-                    if self._role(source.name) == "outside" and self._role(dest.name) == "inside":
-                        expected_losses += 1
-                    else:
-                        unexpected_losses += 1
+                roles = (self._role(source.name), self._role(dest.name))
+                if not answered and roles == ("outside", "inside"):
+                    expected_losses += 1
             output("\n")
         if sent:
             output(
@@ -170,8 +179,14 @@ class GatewayCLI(CLI):  # type: ignore[misc]
     def do_pingall(self, line: str) -> None:
         """Ping between all hosts that have an IP address.
         Usage: pingall [TIMEOUT]  (seconds per ping, default 2)"""
+        timeout = line.strip() or PING_TIMEOUT
+        try:
+            float(timeout)
+        except ValueError:
+            error(f"*** pingall: the timeout is a number of seconds, not {timeout!r}\n")
+            return
         output("*** Ping: testing ping reachability\n")
-        self._ping(self._addressed(self.mn.hosts), line.strip() or PING_TIMEOUT)
+        self._ping(self._addressed(self.mn.hosts), timeout)
 
     def do_pingpair(self, _line: str) -> None:
         """Ping between the first two hosts that have an IP address."""
@@ -327,6 +342,8 @@ class GatewayCLI(CLI):  # type: ignore[misc]
             args.handler(args)
         except ConfigError as exc:
             print(f"opengate: error: {exc}", file=sys.stderr)
+        except Exception as exc:  # one command's failure must not end the CLI
+            print(f"opengate: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         finally:
             sys.stdout.flush()
             sys.stderr.flush()

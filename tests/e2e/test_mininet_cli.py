@@ -116,8 +116,13 @@ def test_host_commands_print_their_output(consoles: Consoles) -> None:
     # the second comes back.
     assert re.search(rf"^64 bytes from {re.escape(OUT1)}: icmp_seq=2 ", ping, re.M), ping
     assert "2 packets transmitted" in ping
-    # Node names stand for their IP address, as in any Mininet topology.
+    # Node names stand for their IP address, as in any Mininet topology; one line says when a
+    # node has none.
     assert f"PING {OUT1} ({OUT1})" in console.command("h1 ping -c 1 -W 5 out1")
+    assert lines(console.command("h1 echo spm1 out1")) == [
+        "*** spm1: no IP address, the name is left as is",
+        f"spm1 {OUT1}",
+    ]
 
 
 def test_ctrl_c_stops_a_host_command_and_the_prompt_stays(consoles: Consoles) -> None:
@@ -197,6 +202,9 @@ def test_pingall_pings_the_hosts_with_an_address(consoles: Consoles) -> None:
     assert output[4] == "out1 -> X X"
     assert re.fullmatch(r"\*\*\* Results: \d+% dropped \([2-4]/6 received\)", output[5]), output
     assert output[6].startswith("*** outside hosts do not reach inside addresses")
+    assert lines(console.command("pingall soon")) == [
+        "*** pingall: the timeout is a number of seconds, not 'soon'"
+    ]
     assert lines(console.command("pingpair")) == [
         "h1 -> h2",
         "h2 -> h1",
