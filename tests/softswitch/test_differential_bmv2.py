@@ -502,10 +502,14 @@ def _bad_ip_checksum(packet: Packet) -> bytes:
     return bytes(data)
 
 
-def selector_flows(count: int) -> list[Stimulus]:
-    """New inspected flows (TCP SYNs) and their reverse SYNs: the selector's choice per flow."""
+def selector_flows(count: int) -> tuple[list[Stimulus], list[Stimulus]]:
+    """New inspected flows (TCP SYNs), then their reverse SYNs: the selector's choice per flow.
+    The reverses come after all the originals: the first SYN of a flow makes its data-plane
+    session (and the digest), and a target reads its ports in an order of its own, so a reverse
+    sent beside its original could come first on one target and second on the other."""
     rng = random.Random(11)
     out: list[Stimulus] = []
+    reverses: list[Stimulus] = []
     for i in range(count):
         src = f"10.0.1.{rng.randrange(2, 120)}"
         dst = f"198.51.100.{rng.randrange(1, 255)}"
@@ -513,7 +517,7 @@ def selector_flows(count: int) -> list[Stimulus]:
         proto = "udp" if i % 5 == 4 else "tcp"
         if proto == "tcp":
             out.append(Frame(INSIDE, bytes(tcp(src, dst, sport, dport, "S"))))
-            out.append(Frame(OUTSIDE, bytes(from_outside(tcp(dst, src, dport, sport, "S")))))
+            reverses.append(Frame(OUTSIDE, bytes(from_outside(tcp(dst, src, dport, sport, "S")))))
         else:  # other IP protocols are inspected too (only UDP is exempt): GRE-like
             out.append(
                 Frame(
@@ -525,7 +529,7 @@ def selector_flows(count: int) -> list[Stimulus]:
                     ),
                 )
             )
-    return out
+    return out, reverses
 
 
 def _fix_ipv4_checksum(frame: bytearray) -> None:
@@ -723,7 +727,10 @@ class Harness:
             batch = stimuli[i : i + BATCH]
             soft, bmv2 = self.exchange(batch)
             if soft != bmv2:
-                pytest.fail(f"{what}: {self._explain(batch)}")
+                pytest.fail(
+                    f"{what}: {self._explain(batch)}\n  in the batch, software switch only: "
+                    f"{show(soft - bmv2)}\n  in the batch, BMv2 only: {show(bmv2 - soft)}"
+                )
             total += sum(soft.values())
         return total
 
@@ -871,7 +878,9 @@ def test_well_formed_flows_come_out_the_same(harness: Harness) -> None:
 
 
 def test_weighted_selector_picks_the_same_spm_for_each_flow(harness: Harness) -> None:
-    produced = _check(harness, selector_flows(150), "new flows through the selector")
+    originals, reverses = selector_flows(150)
+    produced = _check(harness, originals, "new flows through the selector")
+    produced += _check(harness, reverses, "their reverse SYNs")
     assert produced > 250
 
 
