@@ -100,6 +100,17 @@ def stop_family(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None
         LOG.warning("pids %s outlived their parent %d", family, process.pid)
 
 
+def interfaces_in_use(spec: TopologySpec) -> list[str]:
+    """The interfaces of `spec` in the root namespace (LAN bridges, the switches' ports) that
+    exist now; the hosts' ends live in their namespaces and go with them."""
+    switches = [lan.name for lan in spec.lans] + [npm.name for npm in spec.npms]
+    return sorted(
+        path.name
+        for path in Path("/sys/class/net").iterdir()
+        if path.name in switches or any(path.name.startswith(f"{s}-eth") for s in switches)
+    )
+
+
 def _wait_until(
     what: str, condition: Callable[[], bool], timeout: float, process: subprocess.Popen[bytes]
 ) -> None:
@@ -151,6 +162,13 @@ class GatewayNetwork:
     def start(self) -> None:
         if os.geteuid() != 0:
             raise ConfigError("the topology needs root (Mininet creates namespaces and links)")
+        in_use = interfaces_in_use(self.spec)
+        if in_use:
+            raise ConfigError(
+                f"interfaces of this topology exist already ({', '.join(in_use)}): another "
+                "topology with these names runs (stop it first), or a killed one left them "
+                "(remove them with `ip link del NAME`)"
+            )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         setLogLevel("warning")
         net = Mininet(controller=None, build=False, autoSetMacs=False, autoStaticArp=False)

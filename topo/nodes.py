@@ -39,8 +39,13 @@ class NetnsHost(Host):  # type: ignore[misc]
 class LanBridge(Switch):  # type: ignore[misc]
     """A LAN segment: a Linux bridge made with iproute2 (no Open vSwitch, no controller)."""
 
+    def __init__(self, name: str, **params: Any) -> None:
+        super().__init__(name, **params)
+        self.bridge_made = False  # stop() deletes the bridge only if start() made it
+
     def start(self, controllers: list[Any]) -> None:
         self.cmd(f"ip link add name {self.name} type bridge stp_state 0")
+        self.bridge_made = True
         self.cmd(f"sysctl -qw net.ipv6.conf.{self.name}.disable_ipv6=1")
         for intf in self.intfList():
             if intf.name != "lo":
@@ -48,7 +53,9 @@ class LanBridge(Switch):  # type: ignore[misc]
         self.cmd(f"ip link set dev {self.name} up")
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature
-        self.cmd(f"ip link del {self.name}")
+        if self.bridge_made:
+            self.cmd(f"ip link del {self.name}")
+            self.bridge_made = False
         super().stop(deleteIntfs)
 
 

@@ -13,7 +13,6 @@ import contextlib
 import os
 import re
 import signal
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ import pexpect
 from opengate.netutil import delete_link
 from opengate.target import repo_root
 from topo.model import TopologySpec
-from topo.net import descendants
+from topo.net import descendants, interfaces_in_use
 
 PROMPT = r"\r?\nmininet> "
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -59,21 +58,6 @@ def _children(pid: int) -> list[int]:
         return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
-
-
-def root_links(spec: TopologySpec) -> list[str]:
-    """The topology's interfaces in the root namespace that exist now: LAN bridges and the
-    switches' ports (the hosts' ends live in their namespaces and go with them)."""
-    switches = [lan.name for lan in spec.lans] + [npm.name for npm in spec.npms]
-    result = subprocess.run(
-        ["ip", "-o", "link", "show"], capture_output=True, text=True, check=True
-    )
-    names = [line.split(":")[1].strip().split("@")[0] for line in result.stdout.splitlines()]
-    return [
-        name
-        for name in names
-        if name in switches or any(name.startswith(f"{s}-eth") for s in switches)
-    ]
 
 
 class Console:
@@ -159,7 +143,7 @@ class Console:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             self.child.close(force=True)
-        for name in root_links(self.spec):
+        for name in interfaces_in_use(self.spec):
             delete_link(name)
         self.log.close()
 

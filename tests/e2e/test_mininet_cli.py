@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from opengate.errors import ConfigError
 from opengate.target import TargetError, repo_root, select_target
 from tests.e2e.conftest import Topologies
 from tests.e2e.mininet_console import (
@@ -22,10 +23,10 @@ from tests.e2e.mininet_console import (
     Process,
     matches,
     readme_transcript,
-    root_links,
     still_running,
 )
 from topo.model import TopologySpec, load_topology
+from topo.net import GatewayNetwork, interfaces_in_use
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -87,7 +88,7 @@ def _assert_stopped(consoles: Consoles, console: Console, before: dict[int, Proc
     assert console.exit_status == 0, "make run did not exit with 0 (was it interrupted?)"
     left = {pid: before[pid].command for pid in still_running(before)}
     assert left == {}, "processes of the session outlived it"
-    assert root_links(consoles.spec) == [], "links of the topology outlived it"
+    assert interfaces_in_use(consoles.spec) == [], "links of the topology outlived it"
 
 
 def test_readme_transcript_replays_and_exit_stops_everything(consoles: Consoles) -> None:
@@ -288,6 +289,19 @@ def test_opengate_commands_print_what_opengate_prints(consoles: Consoles) -> Non
     for command in ("sessions", "alerts", "spms", "status", "policy"):
         assert re.search(rf"\b{command}\b", listed.split("You may also")[0]), command
         assert f"\n  {command}" in listed.split("OpenGate commands")[1], command
+
+
+def test_a_second_topology_with_the_same_names_leaves_this_one_alone(
+    consoles: Consoles, tmp_path: Path
+) -> None:
+    console = consoles.session()
+    second = GatewayNetwork(consoles.spec, tmp_path)
+    try:
+        with pytest.raises(ConfigError, match="interfaces of this topology exist already"):
+            second.start()
+    finally:
+        second.stop()
+    assert lines(console.command(f"h1 curl -s -m 30 http://{OUT1}/whoami")) == [GATEWAY_OUTSIDE]
 
 
 def test_ctrl_d_stops_everything(consoles: Consoles) -> None:
