@@ -219,6 +219,9 @@ def test_iperf_measures_between_inside_and_outside(consoles: Consoles) -> None:
     assert output[0] == "*** Iperf: testing TCP bandwidth between h1 and out1"
     rate = r"'[\d.]+ [KMG]?bits/sec'"
     assert re.fullmatch(rf"\*\*\* Results: \[{rate}, {rate}\]", output[1]), output
+    output = lines(console.command("iperfudp 5M h1 out1", timeout=180))
+    assert output[0] == "*** Iperf: testing UDP bandwidth between h1 and out1"
+    assert re.fullmatch(rf"\*\*\* Results: \['5M', {rate}, {rate}\]", output[1]), output
     assert lines(console.command("iperf h1 spm1")) == [
         "*** iperf: spm1 has no IP address (only hosts with one can run iperf)"
     ]
@@ -239,6 +242,11 @@ def test_link_down_and_up(consoles: Consoles) -> None:
     assert lines(console.command("link npm1 lan-out up")) == []
     assert lines(console.command(curl)) == ["200 exit 0"]
     assert lines(console.command("link h1 npm1 down")) == ["src and dst not connected: h1 npm1"]
+    # A LAN bridge stops and starts again.
+    assert lines(console.command("switch lan-in stop")) == []
+    assert " 0 received" in console.command("h1 ping -c 1 -W 2 10.0.1.11")
+    assert lines(console.command("switch lan-in start")) == []
+    assert " 0 received" not in console.command("h1 ping -c 3 -i 0.5 -W 2 10.0.1.11")
     for command in ("switch npm1 stop", "dpctl dump-flows"):
         said = lines(console.command(command))
         assert len(said) == 1 and said[0].startswith(f"*** {command.split()[0]}: "), said
