@@ -61,7 +61,7 @@ def test_routed_connections_are_set_up_by_the_data_plane(routed_gateway: Gateway
         result = gateway.run(
             "h1", f"curl -s -m 10 -w ' %{{local_port}}' http://{OUT1}/whoami", timeout=30
         )
-        assert result.returncode == 0, result.output
+        assert result.returncode == 0, (len(ports), result.output)
         seen, port = result.output.split()
         assert seen == H1, f"the server saw {seen}: the connection was translated"
         ports.add(int(port))
