@@ -1,7 +1,7 @@
 """TCP connect time through the gateway in Mininet (h1 -> out1:80, each a new connection), with
 sessions made by the data plane (routed: the example policy without masquerade) and by the
-controller (masqueraded: the example policy), beside the round trip of a connection whose
-session already exists.
+controller (masqueraded: the example policy), beside the round trip of a datagram on a flow whose
+session already exists (UDP echo, the same path through the NPM and an SPM).
 
     sudo .venv/bin/python -m bench.bench_sessions [--connections 200]
 
@@ -25,8 +25,8 @@ from topo.net import GatewayNetwork
 
 OUT1 = "198.51.100.20"
 
-# Run on h1: N new connections, each timed from connect() to established; then, on one
-# connection, N request round trips (the session already exists).
+# Run on h1: N new connections, each timed from connect() to established; or N round trips of
+# a UDP datagram to out1's echo service on one flow whose session already exists.
 CLIENT = r"""
 import json, socket, sys, time
 host, n, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -43,21 +43,19 @@ if mode == "connect":
             out.append(None)
         s.close()
 else:
-    s = socket.create_connection((host, 80), timeout=10)
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    request = f"GET /whoami HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(5)
+    s.connect((host, 7))
+    s.send(b"first")
+    s.recv(2048)
     for _ in range(n):
         t = time.perf_counter()
-        s.sendall(request)
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += s.recv(4096)
-        head, _, body = data.partition(b"\r\n\r\n")
-        fields = [f for f in head.split(b"\r\n") if f.lower().startswith(b"content-length")]
-        length = int(fields[0].split(b":")[1])
-        while len(body) < length:
-            body += s.recv(4096)
-        out.append(time.perf_counter() - t)
+        s.send(b"ping")
+        try:
+            s.recv(2048)
+            out.append(time.perf_counter() - t)
+        except OSError:
+            out.append(None)
 print(json.dumps(out))
 """
 
@@ -117,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows.append(
             (
-                "routed: request on an existing session",
+                "routed: round trip on an existing session",
                 measure(network, args.connections, "request"),
             )
         )
@@ -130,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows.append(
             (
-                "masqueraded: request on an existing session",
+                "masqueraded: round trip on an existing session",
                 measure(network, args.connections, "request"),
             )
         )

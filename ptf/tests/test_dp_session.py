@@ -40,10 +40,12 @@ from opengate_test import (
 )
 
 INSPECTED = 3
-# Two flows whose addresses differ by the same bits on both ends have the same direction-agnostic
-# key (src ^ dst), hence the same slot: a real collision, not a contrived one.
+# Flows whose addresses differ by the same bits on both ends have the same direction-agnostic key
+# (src ^ dst: 10 ^ 20 = 11 ^ 21 = 12 ^ 18), hence the same two candidate slots: real collisions.
 HOST_IN_ALT = "10.0.1.11"
 HOST_OUT_ALT = "198.51.100.21"
+HOST_IN_THIRD = "10.0.1.12"
+HOST_OUT_THIRD = "198.51.100.18"
 
 
 def reply(sport: int = 40000, flags: str = "SA", src: str = HOST_OUT, dst: str = HOST_IN) -> Packet:
@@ -160,25 +162,28 @@ class SlotAdmitsOnlyItsOwnFlow(DataPlaneSessionTest):
 
 
 class CollisionTakesTheControllerPath(DataPlaneSessionTest):
-    """A second flow whose slot is held by a live flow is forwarded and reported (the controller
-    path) but gets no slot: its reply is dropped until the controller installs it, and is never
-    admitted by the other flow's slot. The first flow is unaffected."""
+    """Three flows with the same key, hence the same two candidate slots: the first two get one
+    each; the third finds both held by live flows and takes the controller path (forwarded and
+    reported, but no slot): its reply is dropped until the controller installs it, and is never
+    admitted by another flow's slot. The first two are unaffected."""
 
     def runTest(self) -> None:
         self.classify_everything()
         self.enable_digest(pc.D_SESSION_REQUEST_T)
         self.forwarded(INSIDE, refresh(tcp_packet(flags="S")), OUTSIDE, HOST_OUT_MAC)
-        other = refresh(tcp_packet(src=HOST_IN_ALT, dst=HOST_OUT_ALT, flags="S"))
-        self.forwarded(INSIDE, other, OUTSIDE, HOST_OUT_MAC)
+        second = refresh(tcp_packet(src=HOST_IN_ALT, dst=HOST_OUT_ALT, flags="S"))
+        self.forwarded(INSIDE, second, OUTSIDE, HOST_OUT_MAC)
+        third = refresh(tcp_packet(src=HOST_IN_THIRD, dst=HOST_OUT_THIRD, flags="S"))
+        self.forwarded(INSIDE, third, OUTSIDE, HOST_OUT_MAC)
         self.wait_events(pc.FLOW_EVENT_COLLISION, 1)
-        self.assertEqual(self.events(pc.FLOW_EVENT_CREATED), 1)
-        record = self.next_digest(pc.D_SESSION_REQUEST_T)
-        record = self.next_digest(pc.D_SESSION_REQUEST_T)
-        self.assertEqual(record["ipv4_src"], int.from_bytes(bytes([10, 0, 1, 11]), "big"))
+        self.assertEqual(self.events(pc.FLOW_EVENT_CREATED), 2)
+        sources = [self.next_digest(pc.D_SESSION_REQUEST_T)["ipv4_src"] for _ in range(3)]
+        self.assertEqual(sources, [ip(HOST_IN), ip(HOST_IN_ALT), ip(HOST_IN_THIRD)])
         self.assert_dropped(
-            OUTSIDE, bytes(reply(src=HOST_OUT_ALT, dst=HOST_IN_ALT)), pc.DROP_NO_SESSION
+            OUTSIDE, bytes(reply(src=HOST_OUT_THIRD, dst=HOST_IN_THIRD)), pc.DROP_NO_SESSION
         )
         self.forwarded(OUTSIDE, reply(), INSIDE, HOST_IN_MAC)
+        self.forwarded(OUTSIDE, reply(src=HOST_OUT_ALT, dst=HOST_IN_ALT), INSIDE, HOST_IN_MAC)
         testutils.verify_no_other_packets(self)
 
 

@@ -1,15 +1,16 @@
 // Step 5: sessions made by the data plane, and what to do with a packet that has no session.
 //
 // Data-plane sessions (where the shell defines OG_DP_SESSIONS): a table of FLOW_SLOTS slots in
-// registers, indexed by a hash of the direction-agnostic flow key (the XORs Steering computes), so
-// that both directions of a flow find the same slot. A slot holds the flow's full 5-tuple as its
+// registers. Two hashes (crc32, crc16) of the direction-agnostic flow key (the XORs Steering
+// computes) give each flow two candidate slots, the same for both directions; a flow lives in
+// either, and a new flow takes the first one no live flow holds. A slot holds the flow's full 5-tuple as its
 // first packet arrived (never a fingerprint: a slot admits only its own flow, in either
 // direction), its state word (protocol, flags, IDS class), its SPM and the time it was last seen.
 // - A permitted opening packet that needs no NAT claims its slot if the slot is free or its flow
 //   has aged out, and is forwarded with a digest: the reply and every later packet of both
 //   directions are admitted by the slot at once, steered to the same SPM, while the controller
 //   installs the exact-match entries (counters, idle timeout, block, bypass) off the critical path.
-// - A slot held by another live flow is a collision: the packet takes the controller path, as
+// - Both candidates held by other live flows is a collision: the packet takes the controller path, as
 //   before data-plane sessions (digest, and the reply waits for the exact entries). Counted.
 // - Once the flow's exact entries are hit, the slot is marked installed and only refreshed; if a
 //   packet later finds the slot but no exact entry, the controller has removed the session (idle,
@@ -46,6 +47,29 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
     flow_ticks_t idle_ticks = 0;
     flow_ticks_t closing_ticks = 0;
 
+    // Read one candidate slot: its state word, whether it holds this packet's flow (in either
+    // direction, by the whole 5-tuple) and whether its flow is still alive.
+    @hidden
+    action probe(in flow_slot_t index, in bit<32> ports, out bit<32> state, out bool mine,
+                 out bool live) {
+        bit<32> k_src;
+        bit<32> k_dst;
+        bit<32> k_ports;
+        flow_ticks_t seen;
+        flow_state.read(state, index);
+        flow_key_src.read(k_src, index);
+        flow_key_dst.read(k_dst, index);
+        flow_key_ports.read(k_ports, index);
+        flow_seen.read(seen, index);
+        bit<32> reversed = ports[15:0] ++ ports[31:16];
+        mine = (state & FLOW_STATE_VALID) != 0 && state[7:0] == hdr.ipv4.protocol
+            && ((k_src == hdr.ipv4.src_addr && k_dst == hdr.ipv4.dst_addr && k_ports == ports)
+                || (k_src == hdr.ipv4.dst_addr && k_dst == hdr.ipv4.src_addr
+                    && k_ports == reversed));
+        flow_ticks_t limit = (state & FLOW_STATE_CLOSING) != 0 ? closing_ticks : idle_ticks;
+        live = (state & FLOW_STATE_VALID) != 0 && meta.now - seen <= limit;
+    }
+
     @name(".set_flow_timeout")
     action set_flow_timeout(flow_ticks_t idle, flow_ticks_t closing) {
         idle_ticks = idle;
@@ -71,37 +95,41 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             && (hdr.tcp.isValid() || hdr.udp.isValid()
                 || (hdr.icmp.isValid() && (hdr.icmp.icmp_type == ICMP_ECHO_REQUEST
                                            || hdr.icmp.icmp_type == ICMP_ECHO_REPLY)));
-        flow_slot_t slot = 0;
-        bit<32> state = 0;
-        bool mine = false;
-        bool live = false;
+        // Two candidate slots (two hashes of the same key): a flow lives in either, a new flow
+        // takes the first free one, so a collision needs both taken by live flows.
+        flow_slot_t slot0 = 0;
+        flow_slot_t slot1 = 0;
+        bit<32> state0 = 0;
+        bit<32> state1 = 0;
+        bool mine0 = false;
+        bool mine1 = false;
+        bool live0 = false;
+        bool live1 = false;
         bit<32> ports = meta.l4_sport ++ meta.l4_dport;
         bool closing_packet = hdr.tcp.isValid()
             && (hdr.tcp.flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) != 0;
         if (eligible) {
-            hash(slot, HashAlgorithm.crc32, 32w0,
+            hash(slot0, HashAlgorithm.crc32, 32w0,
                  { meta.flow_addr_mix, hdr.ipv4.protocol, meta.flow_port_mix },
                  (bit<32>)FLOW_SLOTS);
-            bit<32> k_src;
-            bit<32> k_dst;
-            bit<32> k_ports;
-            flow_ticks_t seen;
-            flow_state.read(state, slot);
-            flow_key_src.read(k_src, slot);
-            flow_key_dst.read(k_dst, slot);
-            flow_key_ports.read(k_ports, slot);
-            flow_seen.read(seen, slot);
+            hash(slot1, HashAlgorithm.crc16, 32w0,
+                 { meta.flow_addr_mix, hdr.ipv4.protocol, meta.flow_port_mix },
+                 (bit<32>)FLOW_SLOTS);
             flow_ageing.apply();
-            bit<32> reversed = meta.l4_dport ++ meta.l4_sport;
-            mine = (state & FLOW_STATE_VALID) != 0 && state[7:0] == hdr.ipv4.protocol
-                && ((k_src == hdr.ipv4.src_addr && k_dst == hdr.ipv4.dst_addr && k_ports == ports)
-                    || (k_src == hdr.ipv4.dst_addr && k_dst == hdr.ipv4.src_addr
-                        && k_ports == reversed));
-            flow_ticks_t limit = idle_ticks;
-            if ((state & FLOW_STATE_CLOSING) != 0) {
-                limit = closing_ticks;
-            }
-            live = (state & FLOW_STATE_VALID) != 0 && meta.now - seen <= limit;
+            probe(slot0, ports, state0, mine0, live0);
+            probe(slot1, ports, state1, mine1, live1);
+        }
+        // The flow's own live slot, if it has one.
+        bool on0 = mine0 && live0;
+        flow_slot_t slot = slot1;
+        bit<32> state = state1;
+        bool mine = mine1;
+        bool live = live1;
+        if (on0) {
+            slot = slot0;
+            state = state0;
+            mine = mine0;
+            live = live0;
         }
 
         if (eligible && mine && live && meta.session_hit == 1) {
@@ -119,8 +147,13 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             // Its exact entries were there and are gone: the controller ended the session.
             flow_state.write(slot, 0);
             OG_COUNT(flow_event_counter, FLOW_EVENT_RETIRED);
-            state = 0;
-            live = false;
+            if (on0) {
+                live0 = false;
+                state0 = 0;
+            } else {
+                live1 = false;
+                state1 = 0;
+            }
         } else if (eligible && mine && live) {
             // A later packet of a flow the data plane made, before its exact entries exist.
             meta.flow_hit = 1;
@@ -177,10 +210,17 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         } else {
             meta.send_session_request = 1;
 #ifdef OG_DP_SESSIONS
-            // Claim the slot unless another live flow holds it. (`mine && live` cannot reach
-            // here: that is a hit above, or a retired slot, whose `live` was cleared.)
+            // Claim the first candidate slot that no live flow holds. (The flow's own live slot
+            // cannot reach here: that is a hit above, or a retired slot, now free.)
             if (eligible && meta.drop_session == 0 && meta.drop_fwd == 0) {
-                if (!live) {
+                bool free = !live0 || !live1;
+                slot = slot1;
+                state = state1;
+                if (!live0) {
+                    slot = slot0;
+                    state = state0;
+                }
+                if (free) {
                     flow_key_src.write(slot, hdr.ipv4.src_addr);
                     flow_key_dst.write(slot, hdr.ipv4.dst_addr);
                     flow_key_ports.write(slot, ports);
