@@ -83,6 +83,7 @@ def measure(network: GatewayNetwork, n: int, mode: str) -> dict[str, Any]:
         "p99": percentile(ok, 99),
         "max": max(ok),
         "stalls": sum(1 for t in ok if t > 900),
+        "stalled": [i for i, t in enumerate(times) if t is not None and t > 0.9],
     }
 
 
@@ -146,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {name} | {r['n']} | {r['failed']} | {r['p50']:.2f} | {r['p99']:.2f} "
                 f"| {r['max']:.1f} | {r['stalls']} |"
             )
+    for name, r in rows:
+        if r.get("stalled"):
+            print(f"\n{name}: over 900 ms at attempts {r['stalled']} (0 = the first)")
     return 0
 
 

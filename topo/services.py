@@ -90,6 +90,14 @@ def wait_udp_echo(address: str, port: int, timeout: float) -> None:
     raise TimeoutError(f"no UDP echo at {address}:{port} after {timeout:g}s")
 
 
+class WebServer(ThreadingHTTPServer):
+    """The standard library's threading server with a listen backlog of 1,024: its default of 5
+    overflows when connections open faster than it accepts them (a SYN dropped by the server's
+    kernel, retransmitted by the client a second later, looks like a stall of the gateway)."""
+
+    request_queue_size = 1024
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m topo.services", description=__doc__.splitlines()[0]
@@ -106,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.service == "udp-echo":
         return udp_echo(args.bind, args.port)
     handler = partial(Handler, directory=str(args.root))
-    with ThreadingHTTPServer((args.bind, args.port), handler) as server:
+    with WebServer((args.bind, args.port), handler) as server:
         server.serve_forever()
     return 0
 
