@@ -106,33 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     with GatewayNetwork(spec, run_dir, target=choice) as network:
         running = network.api("GET", "/api/v1/policy")
         path = str(spec.policy)
-        routed = without_masquerade(running["text"])
-        network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": routed})
-        rows.append(
-            (
-                "routed: session made by the data plane",
-                measure(network, args.connections, "connect"),
-            )
+        policies = (
+            ("routed", without_masquerade(running["text"]), "the data plane"),
+            ("masqueraded", running["text"], "the controller"),
         )
-        rows.append(
-            (
-                "routed: round trip on an existing session",
-                measure(network, args.connections, "request"),
-            )
-        )
-        network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": running["text"]})
-        rows.append(
-            (
-                "masqueraded: session made by the controller",
-                measure(network, args.connections, "connect"),
-            )
-        )
-        rows.append(
-            (
-                "masqueraded: round trip on an existing session",
-                measure(network, args.connections, "request"),
-            )
-        )
+        for name, text, maker in policies:
+            network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": text})
+            for mode, what in (
+                ("connect", f"session made by {maker}"),
+                ("request", "round trip on an existing session"),
+            ):
+                rows.append((f"{name}: {what}", measure(network, args.connections, mode)))
     print(
         f"Command: `{' '.join(['python -m bench.bench_sessions', *(argv or sys.argv[1:])])}`, "
         f"target {choice.target.value}, h1 -> out1:80, {args.connections} each\n"
