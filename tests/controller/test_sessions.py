@@ -110,10 +110,12 @@ def test_duplicate_digests_install_once(
     # (the row by the DB writer after the switch): wait for all three before asserting.
     wait_until(
         "4 duplicates, both entries and the database row",
-        lambda: controller.sessions
-        and controller.sessions.stats.duplicates == 4
-        and len(session_entries(fake)) == 2
-        and len(db_sessions(controller)) == 1,
+        lambda: (
+            controller.sessions
+            and controller.sessions.stats.duplicates == 4
+            and len(session_entries(fake)) == 2
+            and len(db_sessions(controller)) == 1
+        ),
     )
     assert len(session_entries(fake)) == 2
     assert len(db_sessions(controller)) == 1
