@@ -47,7 +47,8 @@ def run(switch: Switch, stimuli: list[gw.Stimulus]) -> Result:
 
 
 def stimuli() -> list[gw.Stimulus]:
-    return gw.well_formed() + gw.selector_flows(60) + gw.fuzz_frames(300, seed=5)
+    originals, reverses = gw.selector_flows(60)
+    return gw.well_formed() + originals + reverses + gw.fuzz_frames(300, seed=5)
 
 
 def outcome(fused: bool, monkeypatch: pytest.MonkeyPatch) -> Result:
