@@ -28,7 +28,7 @@ import ipaddress
 import logging
 import struct
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +52,8 @@ FlowKey = tuple[int, int, int, int, int]  # src, dst, proto, sport, dport (as th
 ACTIVE, CLOSING, BLOCKED, BYPASSED = "active", "closing", "blocked", "bypassed"
 FIN_ORIGINAL, FIN_REPLY = 1, 2
 RECENT_LATENCIES = 100_000
+EARLY_CLOSES_KEPT = 65_536  # FIN/RST reports of flows not known yet, at most...
+EARLY_CLOSE_SECONDS = 10.0  # ...and for this long
 
 
 def flow_text(key: FlowKey) -> str:
@@ -346,6 +348,7 @@ class SessionStats:
     failed: int = 0
     packet_outs: int = 0
     acl_to_cpu: int = 0
+    early_closes: int = 0  # FIN/RST reports replayed on a session created after them
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_LATENCIES))
 
 
@@ -378,6 +381,10 @@ class SessionManager:
         self.stats = SessionStats()
         self._encoders: dict[str, SessionEncoder] = {}
         self._nat_cursor: dict[tuple[str, int, int], int] = {}
+        # FIN/RST reports for flows not known yet: a flow that the data plane set up and closed
+        # before its request digest was handled (digests of the two kinds come in lists of their
+        # own). Kept briefly, bounded, and replayed when the session is created.
+        self._early_closes: OrderedDict[tuple[str, FlowKey], tuple[int, float]] = OrderedDict()
 
     def encoder(self, npm: str) -> SessionEncoder:
         encoder = self._encoders.get(npm)
@@ -458,7 +465,8 @@ class SessionManager:
             self._index(session)
             pending.setdefault(event.npm, []).append(_Pending(session, event.received_at, "digest"))
         for npm, items in pending.items():
-            self._install(npm, items)
+            installed = self._install(npm, items)
+            self._replay_early_closes(item.session for item in installed)
 
     def on_packet_ins(self, events: Sequence[Any]) -> None:
         """PacketIn events: NAT session set-up (and ACL to-CPU packets)."""
@@ -758,21 +766,31 @@ class SessionManager:
 
     def on_close(self, events: Sequence[Any]) -> None:
         """SessionCloseSeen events: RST removes at once, FIN both ways after the linger."""
+        closes = [
+            (
+                event.npm,
+                (f["ipv4_src"], f["ipv4_dst"], f["ip_proto"], f["l4_sport"], f["l4_dport"]),
+                f.get("tcp_flags", 0),
+            )
+            for event in events
+            for f in event.records
+        ]
+        self._apply_closes(closes, remember=True)
+
+    def _apply_closes(
+        self, closes: Iterable[tuple[str, FlowKey, int]], remember: bool = False
+    ) -> None:
         now = time.monotonic()
         remove_now: list[Session] = []
         linger = self.policy.sessions.closing_linger
-        for event, f in ((e, record) for e in events for record in e.records):
-            key: FlowKey = (
-                f["ipv4_src"],
-                f["ipv4_dst"],
-                f["ip_proto"],
-                f["l4_sport"],
-                f["l4_dport"],
-            )
-            session = self.index.get((event.npm, key))
-            if session is None or session.state == BLOCKED:
+        for npm, key, flags in closes:
+            session = self.index.get((npm, key))
+            if session is None:
+                if remember and flags & (pc.TCP_FLAG_FIN | pc.TCP_FLAG_RST):
+                    self._remember_close(npm, key, flags, now)
                 continue
-            flags = f.get("tcp_flags", 0)
+            if session.state == BLOCKED:
+                continue
             if flags & pc.TCP_FLAG_RST:
                 remove_now.append(session)
                 continue
@@ -787,6 +805,33 @@ class SessionManager:
             self.remove(dict.fromkeys(remove_now), "rst")
         if linger == 0:
             self.on_tick(now)
+
+    def _remember_close(self, npm: str, key: FlowKey, flags: int, now: float) -> None:
+        early = self._early_closes
+        previous = early.pop((npm, key), None)
+        early[(npm, key)] = ((previous[0] if previous else 0) | flags, now)
+        while len(early) > EARLY_CLOSES_KEPT:
+            early.popitem(last=False)
+        while early:
+            _, (_, seen) = next(iter(early.items()))
+            if now - seen <= EARLY_CLOSE_SECONDS:
+                break
+            early.popitem(last=False)
+
+    def _replay_early_closes(self, created: Iterable[Session]) -> None:
+        """Apply the FIN/RST reports that came before these sessions existed."""
+        if not self._early_closes:
+            return
+        now = time.monotonic()
+        closes: list[tuple[str, FlowKey, int]] = []
+        for session in created:
+            for key in (session.key, session.reply):
+                early = self._early_closes.pop((session.npm, key), None)
+                if early is not None and now - early[1] <= EARLY_CLOSE_SECONDS:
+                    closes.append((session.npm, key, early[0]))
+        if closes:
+            self.stats.early_closes += len(closes)
+            self._apply_closes(closes)
 
     def on_tick(self, now: float) -> None:
         due = [s for s in self.closing.values() if s.close_at is not None and s.close_at <= now]

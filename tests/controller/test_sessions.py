@@ -298,6 +298,33 @@ def test_fin_both_ways_removes_after_linger_and_rst_at_once(
     assert removed == 1
 
 
+def test_close_reported_before_the_request_still_ends_the_session(
+    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+) -> None:
+    """A short flow the data plane set up and closed (FIN both ways) before the controller
+    handled its request digest: the session is installed, then removed after the linger, as if
+    the FINs had come after it; nothing stays until the idle timeout."""
+    controller = make_controller(fake)
+    flow = key(H1, OUT1, pc.IP_PROTO_TCP, 40002, 80)
+    reverse = key(OUT1, H1, pc.IP_PROTO_TCP, 80, 40002)
+    fake.inject_digest(
+        pc.D_SESSION_CLOSE_T,
+        [close(flow, pc.TCP_FLAG_FIN | pc.TCP_FLAG_ACK), close(reverse, pc.TCP_FLAG_FIN)],
+    )
+    controller.bus.call(lambda: None)
+    fake.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow)])
+    wait_until(
+        "both early FINs replayed",
+        lambda: controller.sessions and controller.sessions.stats.early_closes == 2,
+    )
+    wait_until(
+        "the session removed after the linger, entries and row",
+        lambda: not fake.table_entries(pc.T_SESSION) and db_sessions(controller) == [],
+    )
+    assert controller.sessions is not None
+    assert controller.sessions.stats.installed == 1
+
+
 def test_refused_session_leaves_nothing_behind(
     fake: FakeP4RuntimeServer, make_controller: ControllerFactory
 ) -> None:
