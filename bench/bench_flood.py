@@ -20,11 +20,10 @@ import threading
 import time
 from typing import Any
 
-from bench.bench_sessions import measure, percentile, without_masquerade
+from bench.bench_sessions import measure, percentile
 from opengate import p4constants as pc
 from opengate.target import repo_root, select_target
-from tests.e2e.npm_counters import npm_counter
-from topo.model import load_topology
+from topo.model import load_topology, without_masquerade
 from topo.net import GatewayNetwork
 
 OUT1 = "198.51.100.20"
@@ -72,8 +71,7 @@ def api_times(network: GatewayNetwork, seconds: float) -> list[float]:
 
 def drops(network: GatewayNetwork) -> dict[str, int]:
     return {
-        name: npm_counter(network, pc.C_DROP_COUNTER, reason)
-        for reason, name in pc.DROP_NAMES.items()
+        name: network.counter(pc.C_DROP_COUNTER, reason) for reason, name in pc.DROP_NAMES.items()
     }
 
 

@@ -15,12 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from typing import Any
 
 from opengate.target import repo_root, select_target
-from topo.model import load_topology
+from topo.model import load_topology, without_masquerade
 from topo.net import GatewayNetwork
 
 OUT1 = "198.51.100.20"
@@ -85,10 +84,6 @@ def measure(network: GatewayNetwork, n: int, mode: str) -> dict[str, Any]:
         "stalls": sum(1 for t in ok if t > 900),
         "stalled": [i for i, t in enumerate(times) if t is not None and t > 0.9],
     }
-
-
-def without_masquerade(text: str) -> str:
-    return re.sub(r"\n  masquerade:\n(    - [^\n]*\n)+", "\n", text)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,3 +174,12 @@ def _str_list(value: object) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ValueError(f"expected a list of strings, got {value!r}")
     return [str(v) for v in value]
+
+
+def without_masquerade(policy_text: str) -> str:
+    """A policy's text with its `nat: masquerade:` block removed: the inside hosts are routed,
+    not translated (the benchmarks and tests of sessions made by the data plane use it)."""
+    routed = re.sub(r"\n  masquerade:\n(    - [^\n]*\n)+", "\n", policy_text)
+    if routed == policy_text:
+        raise ConfigError("the policy has no masquerade block to remove")
+    return routed

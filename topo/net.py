@@ -26,7 +26,9 @@ from mininet.net import Mininet
 
 from opengate.errors import ConfigError
 from opengate.netutil import free_tcp_port, stop_process, wait_for_port
-from opengate.target import TargetChoice, repo_root, select_target, shared_data_dir
+from opengate.p4info import P4Schema
+from opengate.p4rt import P4RuntimeClient
+from opengate.target import TargetChoice, p4_build_dir, repo_root, select_target, shared_data_dir
 from topo.model import TopologySpec
 from topo.nodes import LanBridge, NetnsHost, P4Npm
 
@@ -268,6 +270,15 @@ class GatewayNetwork:
         )
         response.raise_for_status()
         return response.json()
+
+    def counter(self, name: str, index: int, npm: str = "npm1") -> int:
+        """Packets counted by cell `index` of the NPM's indirect counter `name`, read over
+        P4Runtime (reads need no primary role)."""
+        schema = P4Schema.load(p4_build_dir() / "opengate.p4info.txtpb")
+        address = self.net.get(npm).grpc_address
+        with P4RuntimeClient(address, election_id=1).connect() as client:
+            (entry,) = client.read_counter(schema.counters.get(name).preamble.id, index)
+            return int(entry.data.packet_count)
 
     def _start_spms(self) -> None:
         for host in self.spec.hosts_with_role("spm"):

@@ -202,6 +202,16 @@ class OpenGateTest(P4RuntimeTest):
             )
         )
 
+    def masquerade_inside(self) -> None:
+        """The inside LAN (10.0.1.0/24) is masqueraded when it leaves by the outside port."""
+        self.insert(
+            TableEntry.make(
+                pc.T_SNAT_RULE,
+                {"egress_port": Exact(OUTSIDE), "ipv4_src": Lpm(ip("10.0.1.0"), 24)},
+                pc.A_MASQUERADE,
+            )
+        )
+
     # -- drops --------------------------------------------------------------------------
 
     def assert_dropped(self, port: int, raw: bytes, reason: int) -> None:

@@ -15,7 +15,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 
 from opengate import p4constants as pc
-from opengate.entries import Exact, Lpm, TableEntry
+from opengate.entries import Exact, TableEntry
 
 from opengate_test import (
     GW_MAC,
@@ -262,14 +262,7 @@ class NatFlowsStayWithTheController(DataPlaneSessionTest):
 
     def runTest(self) -> None:
         self.classify_everything()
-        self.insert(
-            TableEntry.make(
-                pc.T_SNAT_RULE,
-                {"egress_port": Exact(OUTSIDE), "ipv4_src": Lpm(ip("10.0.1.0"), 24)},
-                pc.A_MASQUERADE,
-                {},
-            )
-        )
+        self.masquerade_inside()
         testutils.send_packet(self, INSIDE, bytes(refresh(tcp_packet(flags="S"))))
         self.assertIsNotNone(self.client.get_packet_in(timeout=5), "no packet-in")
         testutils.verify_no_other_packets(self)

@@ -6,7 +6,6 @@ from ptf import testutils
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 
 from opengate import p4constants as pc
-from opengate.entries import Exact, Lpm, TableEntry
 
 from opengate_test import (
     GW_OUT_IP,
@@ -18,7 +17,6 @@ from opengate_test import (
     OUTSIDE,
     OpenGateTest,
     icmp_echo,
-    ip,
     refresh,
     routed,
     tcp_packet,
@@ -195,13 +193,7 @@ class NatNeededGoesToController(OpenGateTest):
 
     def runTest(self) -> None:
         self.classify_everything()
-        self.insert(
-            TableEntry.make(
-                pc.T_SNAT_RULE,
-                {"egress_port": Exact(OUTSIDE), "ipv4_src": Lpm(ip("10.0.1.0"), 24)},
-                pc.A_MASQUERADE,
-            )
-        )
+        self.masquerade_inside()
         syn = refresh(tcp_packet())
         testutils.send_packet(self, INSIDE, bytes(syn))
         testutils.verify_no_other_packets(self)

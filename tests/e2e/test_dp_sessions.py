@@ -5,14 +5,13 @@ is admitted by the slot its SYN claimed, never dropped while the controller inst
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from opengate import p4constants as pc
-from tests.e2e.npm_counters import npm_counter
+from topo.model import without_masquerade
 from topo.net import GatewayNetwork
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -20,13 +19,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 OUT1 = "198.51.100.20"
 H1 = "10.0.1.10"
 CONNECTIONS = 20
-
-
-def without_masquerade(text: str) -> str:
-    """The example policy with its `masquerade:` block removed: inside hosts are routed."""
-    routed = re.sub(r"\n  masquerade:\n(    - [^\n]*\n)+", "\n", text)
-    assert routed != text, "the example policy has no masquerade block to remove"
-    return routed
 
 
 @pytest.fixture
@@ -45,7 +37,7 @@ def routed_gateway(gateway: GatewayNetwork) -> Iterator[GatewayNetwork]:
 
 
 def flow_events(gateway: GatewayNetwork, event: int) -> int:
-    return npm_counter(gateway, pc.C_FLOW_EVENT_COUNTER, event)
+    return gateway.counter(pc.C_FLOW_EVENT_COUNTER, event)
 
 
 def test_routed_connections_are_set_up_by_the_data_plane(routed_gateway: GatewayNetwork) -> None:
@@ -53,7 +45,7 @@ def test_routed_connections_are_set_up_by_the_data_plane(routed_gateway: Gateway
     slot (or, on a collision, took the counted controller path), no SYN-ACK dropped for want of
     a session, and the controller learns every one of them."""
     gateway = routed_gateway
-    no_session = npm_counter(gateway, pc.C_DROP_COUNTER, pc.DROP_NO_SESSION)
+    no_session = gateway.counter(pc.C_DROP_COUNTER, pc.DROP_NO_SESSION)
     created = flow_events(gateway, pc.FLOW_EVENT_CREATED)
     collisions = flow_events(gateway, pc.FLOW_EVENT_COLLISION)
     ports = set()
@@ -68,7 +60,7 @@ def test_routed_connections_are_set_up_by_the_data_plane(routed_gateway: Gateway
     made = flow_events(gateway, pc.FLOW_EVENT_CREATED) - created
     fell_back = flow_events(gateway, pc.FLOW_EVENT_COLLISION) - collisions
     assert made + fell_back == CONNECTIONS, (made, fell_back)
-    assert npm_counter(gateway, pc.C_DROP_COUNTER, pc.DROP_NO_SESSION) == no_session
+    assert gateway.counter(pc.C_DROP_COUNTER, pc.DROP_NO_SESSION) == no_session
     deadline = time.monotonic() + 20
     while True:
         rows = gateway.api("GET", "/api/v1/sessions", params={"limit": 100_000})["sessions"]

@@ -8,7 +8,6 @@ import time
 import pytest
 
 from opengate import p4constants as pc
-from tests.e2e.npm_counters import npm_counter
 from topo.net import GatewayNetwork
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -19,7 +18,7 @@ GATEWAY_OUTSIDE_MAC = "02:00:00:00:00:02"
 
 def drops(gateway: GatewayNetwork, reason: int) -> int:
     """drop_counter[reason]."""
-    return npm_counter(gateway, pc.C_DROP_COUNTER, reason)
+    return gateway.counter(pc.C_DROP_COUNTER, reason)
 
 
 def send_from_out1(gateway: GatewayNetwork, frame: str) -> None:
