@@ -36,6 +36,7 @@ from controller.baseconfig import (
 )
 from controller.classifier import CLASSIFICATION_TABLES, Op, Write
 from controller.metrics import Metrics
+from controller.session_encoding import varint
 from opengate import p4constants as pc
 from opengate.entries import Exact, TableEntry
 from opengate.p4info import P4Schema, decode_value
@@ -300,7 +301,7 @@ class NpmConnection:
 
         def fill(request: p4r.WriteRequest, start: int, end: int) -> None:
             request.MergeFromString(
-                b"".join(b"\x22" + _varint(len(u)) + u for u in updates[start:end])
+                b"".join(b"\x22" + varint(len(u)) + u for u in updates[start:end])
             )  # WriteRequest.updates
 
         return self._write_chunks(len(updates), fill, what)
@@ -557,15 +558,6 @@ class NpmConnection:
 
     def decode_packet_in(self, packet: p4r.PacketIn) -> dict[str, int]:
         return self.schema.decode_packet_metadata("packet_in", packet.metadata)
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _update(kind: int, message: Any) -> p4r.Update:

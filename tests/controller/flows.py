@@ -8,7 +8,7 @@ from finsy.proto import p4r
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import Ether
 
-from controller.sessions import FlowKey
+from controller.session_encoding import FlowKey
 from opengate import p4constants as pc
 
 H1, H2, OUT1, GW_OUT = "10.0.1.10", "10.0.1.11", "198.51.100.20", "198.51.100.1"

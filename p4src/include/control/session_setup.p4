@@ -90,8 +90,11 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
 
     apply {
 #ifdef OG_DP_SESSIONS
-        // Only first passes of TCP, UDP and ICMP echo packets that nothing has stopped so far.
-        bool eligible = meta.returned == 0 && og_admitted(meta) && meta.port_role != ROLE_CPU
+        // Only first passes of TCP, UDP and ICMP echo packets that nothing has stopped so far,
+        // and not those of NAT sessions: the data plane makes none, and their headers may be
+        // rewritten already (the slots would be read for nothing).
+        bool eligible = meta.returned == 0 && meta.nat_kind == NAT_NONE && og_admitted(meta)
+            && meta.port_role != ROLE_CPU
             && (hdr.tcp.isValid() || hdr.udp.isValid()
                 || (hdr.icmp.isValid() && (hdr.icmp.icmp_type == ICMP_ECHO_REQUEST
                                            || hdr.icmp.icmp_type == ICMP_ECHO_REPLY)));
