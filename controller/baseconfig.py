@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from controller.policy import Policy
 from opengate import p4constants as pc
-from opengate.entries import Exact, Lpm, TableEntry
+from opengate.entries import Exact, Lpm, MatchValue, TableEntry
 
 # Tables whose entries the base configuration owns entirely (the CPM deletes strays there).
 BASE_TABLES = (
@@ -27,10 +27,11 @@ BASE_TABLES = (
     pc.T_DNAT_RULE,
     pc.T_CLASS_POLICY,
     pc.T_FLOW_AGEING,
+    pc.T_NAT_DP_REVERSE,
 )
 # Keyless tables whose default action the base configuration sets.
 BASE_DEFAULTS = (pc.T_NPM_IDENTITY, pc.T_ACL_VERDICT)
-METERS = (pc.M_CLASS_METER, pc.M_CPU_METER, pc.M_CPU_SOURCE_METER)
+METERS = (pc.M_CLASS_METER, pc.M_CPU_METER, pc.M_CPU_SOURCE_METER, pc.M_NEW_FLOW_METER)
 # Protocols whose data-plane session lifetimes the policy sets (flow_ageing; other protocols take
 # the program's default, which the "other" timeout replaces through the table's default entry).
 _AGEING_PROTOCOLS = (pc.IP_PROTO_TCP, pc.IP_PROTO_UDP, pc.IP_PROTO_ICMP)
@@ -173,16 +174,28 @@ def desired_base(
                 {"port": route.port, "next_hop_mac": route.next_hop_mac},
             )
         )
+    # Masquerading: by the NPM itself from its block of ports where the program and the policy
+    # allow it (replies found by address in nat_dp_reverse), else by the CPM (packet-in).
+    dp_base = policy.nat.data_plane_base if has(pc.T_NAT_DP_REVERSE) else None
     for rule in policy.nat.masquerade:
         for net in rule.sources:
+            match: dict[str, MatchValue] = {
+                "egress_port": Exact(rule.port),
+                "ipv4_src": Lpm(int(net.network_address), net.prefixlen),
+            }
+            if dp_base is None:
+                out.add(TableEntry.make(pc.T_SNAT_RULE, match, pc.A_MASQUERADE))
+            else:
+                params = {"address": int(rule.address), "port_base": dp_base}
+                out.add(TableEntry.make(pc.T_SNAT_RULE, match, pc.A_MASQUERADE_DP, params))
+    if dp_base is not None:
+        for public in sorted({int(rule.address) for rule in policy.nat.masquerade}):
             out.add(
                 TableEntry.make(
-                    pc.T_SNAT_RULE,
-                    {
-                        "egress_port": Exact(rule.port),
-                        "ipv4_src": Lpm(int(net.network_address), net.prefixlen),
-                    },
-                    pc.A_MASQUERADE,
+                    pc.T_NAT_DP_REVERSE,
+                    {"ipv4_addr": Exact(public)},
+                    pc.A_DP_UNMASQUERADE,
+                    {"port_base": dp_base},
                 )
             )
     for forward in policy.nat.port_forwards:
@@ -245,6 +258,14 @@ def desired_base(
         for index in range(pc.METER_SIZES[pc.M_CPU_SOURCE_METER]):
             out.meters[(pc.M_CPU_SOURCE_METER, index)] = MeterCell(
                 pc.M_CPU_SOURCE_METER, index, config
+            )
+    # New flows per source, in packets (opening packets): every cell alike.
+    new_flows = policy.sessions.new_flows_per_source
+    if new_flows is not None and has(pc.M_NEW_FLOW_METER):
+        rate, burst = new_flows
+        for index in range(pc.METER_SIZES[pc.M_NEW_FLOW_METER]):
+            out.meters[(pc.M_NEW_FLOW_METER, index)] = MeterCell(
+                pc.M_NEW_FLOW_METER, index, (rate, burst, rate, burst)
             )
     # Data-plane session lifetimes: the policy's idle timeouts and closing linger.
     if has(pc.T_FLOW_AGEING):

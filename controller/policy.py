@@ -169,11 +169,24 @@ class PortForward:
     to_port: int
 
 
+# Data-plane masquerading: a block of ports (one per cell of the program's flow_nat register) on
+# each masquerade address, from which the NPM picks a new flow's port itself.
+NAT_DP_PORTS = pc.REGISTER_SIZES[pc.R_FLOW_NAT]
+DEFAULT_DP_BASE = 65536 - NAT_DP_PORTS
+
+
 @dataclass(frozen=True, slots=True)
 class NatSpec:
-    ports: tuple[int, int] = (1024, 65535)
+    ports: tuple[int, int] = (1024, DEFAULT_DP_BASE - 1)  # the CPM's own allocations
     masquerade: tuple[Masquerade, ...] = ()
     port_forwards: tuple[PortForward, ...] = ()
+    data_plane_base: int | None = DEFAULT_DP_BASE  # first port of the NPM's block; None: off
+
+    @property
+    def data_plane_ports(self) -> tuple[int, int] | None:
+        if self.data_plane_base is None:
+            return None
+        return self.data_plane_base, self.data_plane_base + NAT_DP_PORTS - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +196,9 @@ class SessionSettings:
     )
     closing_linger: float = 2.0  # after FIN in both directions (or RST), before removal
     acl_to_cpu: str = "drop"  # what the CPM does with packets an ACL rule sends to it
+    # New flows each source (the low 12 bits of its address) may open, per second, and the burst
+    # (flows) it may open at once; None: unlimited. Enforced by the NPM (new_flow_meter).
+    new_flows_per_source: tuple[int, int] | None = None
 
     def timeout_for(self, proto: int) -> float:
         name = {pc.IP_PROTO_TCP: "tcp", pc.IP_PROTO_UDP: "udp", pc.IP_PROTO_ICMP: "icmp"}
@@ -789,7 +805,23 @@ class _Loader:
         if not top.has("nat"):
             return NatSpec()
         section = top.sub("nat")
-        port_range = section.get("ports", _port_range, (1024, 65535))
+        dp_base: int | None = DEFAULT_DP_BASE
+        if section.has("data_plane_ports"):
+            dp_base = section.get("data_plane_ports", _dp_block)
+        default_ports = (1024, 65535) if dp_base is None else (1024, dp_base - 1)
+        if dp_base is not None and dp_base <= 1024:
+            default_ports = (dp_base + NAT_DP_PORTS, 65535)
+        port_range = section.get("ports", _port_range, default_ports)
+        if (
+            dp_base is not None
+            and port_range[0] <= dp_base + NAT_DP_PORTS - 1
+            and dp_base <= port_range[1]
+        ):
+            raise section.error(
+                "ports",
+                f"{port_range[0]}-{port_range[1]} overlaps the data plane's block "
+                f"{dp_base}-{dp_base + NAT_DP_PORTS - 1} (data_plane_ports)",
+            )
         masquerade: list[Masquerade] = []
         for item in section.items("masquerade", required=False):
             port = item.get("port", as_int)
@@ -818,10 +850,20 @@ class _Loader:
                 raise item.error("port", f"{address} {proto_name}/{port} is forwarded twice")
             if not any(to in r.prefix for r in routes):
                 raise item.error("to", f"no route to {to}: list it under 'neighbours'")
+            if (
+                dp_base is not None
+                and dp_base <= port < dp_base + NAT_DP_PORTS
+                and any(m.address == address for m in masquerade)
+            ):
+                raise item.error(
+                    "port",
+                    f"port {port} of {address} is in the data plane's masquerade block "
+                    f"{dp_base}-{dp_base + NAT_DP_PORTS - 1} (data_plane_ports)",
+                )
             forwards.append(PortForward(address, proto, port, to, to_port))
             item.reject_unknown()
         section.reject_unknown()
-        return NatSpec(port_range, tuple(masquerade), tuple(forwards))
+        return NatSpec(port_range, tuple(masquerade), tuple(forwards), dp_base)
 
     def _sessions(self, top: Reader) -> SessionSettings:
         if not top.has("sessions"):
@@ -836,8 +878,15 @@ class _Loader:
             sub.reject_unknown()
         linger = section.get("closing_linger", _non_negative_float, 2.0)
         to_cpu = section.get("acl_to_cpu", one_of(*TO_CPU_ACTIONS), "drop")
+        new_flows = None
+        if section.has("new_flows_per_source"):
+            sub = section.sub("new_flows_per_source")
+            rate = sub.get("rate", _positive)
+            burst = sub.get("burst", _positive, rate)
+            sub.reject_unknown()
+            new_flows = (rate, burst)
         section.reject_unknown()
-        return SessionSettings(timeouts, linger, to_cpu)
+        return SessionSettings(timeouts, linger, to_cpu, new_flows)
 
 
 # -- converters --------------------------------------------------------------------------------
@@ -893,6 +942,19 @@ def _port_number(value: Any) -> int:
     if not 1 <= number <= 65535:
         raise ValueError(f"port {number} is not 1..65535")
     return number
+
+
+def _dp_block(value: Any) -> int | None:
+    """data_plane_ports: the first port of the NPM's block of NAT_DP_PORTS, or off."""
+    if value is False or value == "off":
+        return None
+    base = as_int(value)
+    if not 1 <= base <= 65536 - NAT_DP_PORTS:
+        raise ValueError(
+            f"the block of {NAT_DP_PORTS} ports from {base} does not fit in 1..65535 "
+            f"(at most {65536 - NAT_DP_PORTS}; or 'off')"
+        )
+    return base
 
 
 def _port_range(value: Any) -> tuple[int, int]:

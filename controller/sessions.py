@@ -132,6 +132,11 @@ class Session:
         )
 
 
+def _reversed(key: FlowKey) -> FlowKey:
+    src, dst, proto, sport, dport = key
+    return (dst, src, proto, dport, sport)
+
+
 def reply_key(key: FlowKey, nat_kind: int, nat_addr: int, nat_port: int) -> FlowKey:
     """The reply direction's key: the reverse of the original's tuple after NAT."""
     src, dst, proto, sport, dport = key
@@ -327,17 +332,23 @@ class SessionManager:
             )
             if self._is_duplicate(event.npm, key):
                 continue
+            # The NPM masqueraded the flow itself (its port from the NPM's block): the CPM
+            # records the binding and installs the entries with it.
+            nat_port = f.get("nat_port", 0)
+            nat_kind, nat_addr = (
+                (pc.NAT_REWRITE_SRC, f["nat_addr"]) if nat_port else (pc.NAT_NONE, 0)
+            )
             session = Session(
                 id=self._new_id(),
                 npm=event.npm,
                 key=key,
-                reply=reply_key(key, pc.NAT_NONE, 0, 0),
+                reply=reply_key(key, nat_kind, nat_addr, nat_port),
                 class_id=f["ids_class"],
                 spm_port=f["spm_port"],
                 spm_mac=f["spm_mac"],
-                nat_kind=pc.NAT_NONE,
-                nat_addr=0,
-                nat_port=0,
+                nat_kind=nat_kind,
+                nat_addr=nat_addr,
+                nat_port=nat_port,
                 acl_rule=f["acl_rule"],
                 ingress_port=f["ingress_port"],
                 idle_timeout=self._timeout(key[2]),
@@ -665,7 +676,7 @@ class SessionManager:
         remove_now: list[Session] = []
         linger = self.policy.sessions.closing_linger
         for npm, key, flags in closes:
-            session = self.index.get((npm, key))
+            session, original = self._closed_session(npm, key)
             if session is None:
                 if remember and flags & (pc.TCP_FLAG_FIN | pc.TCP_FLAG_RST):
                     self._remember_close(npm, key, flags, now)
@@ -676,7 +687,7 @@ class SessionManager:
                 remove_now.append(session)
                 continue
             if flags & pc.TCP_FLAG_FIN:
-                session.fins |= FIN_ORIGINAL if key == session.key else FIN_REPLY
+                session.fins |= FIN_ORIGINAL if original else FIN_REPLY
                 if session.fins == FIN_ORIGINAL | FIN_REPLY and session.close_at is None:
                     session.close_at = now + linger
                     if session.state == ACTIVE:
@@ -686,6 +697,20 @@ class SessionManager:
             self.remove(dict.fromkeys(remove_now), "rst")
         if linger == 0:
             self.on_tick(now)
+
+    def _closed_session(self, npm: str, key: FlowKey) -> tuple[Session | None, bool]:
+        """The session a FIN/RST report names, and whether it came in the original direction.
+        The report keys the packet as it left the pipeline, after any NAT: the original
+        direction rewritten (public source) is the reply key reversed, and the reply rewritten
+        back (inside destination) is the original key reversed."""
+        session = self.index.get((npm, key))
+        if session is not None:
+            return session, key == session.key
+        reverse = _reversed(key)
+        session = self.index.get((npm, reverse))
+        if session is None or session.nat_kind == pc.NAT_NONE:
+            return None, False
+        return session, reverse == session.reply
 
     def _remember_close(self, npm: str, key: FlowKey, flags: int, now: float) -> None:
         early = self._early_closes
@@ -706,7 +731,10 @@ class SessionManager:
         now = time.monotonic()
         closes: list[tuple[str, FlowKey, int]] = []
         for session in created:
-            for key in (session.key, session.reply):
+            keys = [session.key, session.reply]
+            if session.nat_kind != pc.NAT_NONE:  # reported after NAT (see _closed_session)
+                keys += [_reversed(session.reply), _reversed(session.key)]
+            for key in keys:
                 early = self._early_closes.pop((session.npm, key), None)
                 if early is not None and now - early[1] <= EARLY_CLOSE_SECONDS:
                     closes.append((session.npm, key, early[0]))

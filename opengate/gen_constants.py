@@ -111,6 +111,11 @@ def render(p4info_paths: Sequence[Path], defines_path: Path) -> str:
     for meter in sorted(info.meters, key=lambda m: m.preamble.name):
         out.append(f'    "{meter.preamble.name}": {meter.size},')
     out.append("}")
+    out.append("# Declared register sizes (cells) of the v1model build.")
+    out.append("REGISTER_SIZES: dict[str, int] = {")
+    for register in sorted(info.registers, key=lambda r: r.preamble.name):
+        out.append(f'    "{register.preamble.name}": {register.size},')
+    out.append("}")
     out.append("")
     out.append("# Controller packet metadata fields.")
     for kind, fields in sorted(schema.packet_metadata.items()):

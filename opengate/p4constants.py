@@ -21,6 +21,7 @@ T_IDS_ADDR_PAIR = "ids_addr_pair"  # id 0x021f69cf
 T_IDS_CLASSIFICATION = "ids_classification"  # id 0x02586fef
 T_IDS_NAIVE = "ids_naive"  # id 0x026e47ae
 T_IDS_PORT_PAIR = "ids_port_pair"  # id 0x028a3a81
+T_NAT_DP_REVERSE = "nat_dp_reverse"  # id 0x0246eb20
 T_NPM_IDENTITY = "npm_identity"  # id 0x02fb2d36
 T_PORT_ROLE = "port_role"  # id 0x025bb45b
 T_PROTO_SEGMENT = "proto_segment"  # id 0x02e30e31
@@ -40,8 +41,10 @@ A_ACL_PERMIT = "acl_permit"  # id 0x012ba6a2
 A_ACL_TO_CPU = "acl_to_cpu"  # id 0x01ea3fd1
 A_ARP_IGNORE = "arp_ignore"  # id 0x015a2cea
 A_ARP_REPLY = "arp_reply"  # id 0x019f6694
+A_DP_UNMASQUERADE = "dp_unmasquerade"  # id 0x01558173
 A_INSPECT = "inspect"  # id 0x01246219
 A_MASQUERADE = "masquerade"  # id 0x01f1f4e4
+A_MASQUERADE_DP = "masquerade_dp"  # id 0x017d32a5
 A_NO_INSPECTION = "no_inspection"  # id 0x019335e8
 A_NO_ROUTE = "no_route"  # id 0x01727650
 A_PORT_FORWARD = "port_forward"  # id 0x01281df9
@@ -81,6 +84,7 @@ DC_SESSION_COUNTER = "session_counter"  # id 0x136cdc18
 M_CLASS_METER = "class_meter"  # id 0x147baea0
 M_CPU_METER = "cpu_meter"  # id 0x14383621
 M_CPU_SOURCE_METER = "cpu_source_meter"  # id 0x14d63263
+M_NEW_FLOW_METER = "new_flow_meter"  # id 0x14ed1948
 
 # Action profiles
 AP_SPM_SELECTOR = "spm_selector"  # id 0x11fceb1b
@@ -93,6 +97,7 @@ D_SESSION_REQUEST_T = "session_request_t"  # id 0x172b6140
 R_FLOW_KEY_DST = "flow_key_dst"  # id 0x16753256
 R_FLOW_KEY_PORTS = "flow_key_ports"  # id 0x1608fe89
 R_FLOW_KEY_SRC = "flow_key_src"  # id 0x16b25b07
+R_FLOW_NAT = "flow_nat"  # id 0x16c50d73
 R_FLOW_SEEN = "flow_seen"  # id 0x16caaebd
 R_FLOW_SPM = "flow_spm"  # id 0x16f4c593
 R_FLOW_STATE = "flow_state"  # id 0x1630d763
@@ -114,6 +119,7 @@ MATCH_FIELDS: dict[str, tuple[str, ...]] = {
     "ids_classification": ("version", "ids_addr_index", "ids_port_index", "ids_proto_index"),
     "ids_naive": ("ipv4_src", "ipv4_dst", "l4_sport", "l4_dport", "ip_proto"),
     "ids_port_pair": ("version", "ids_sp_index", "ids_dp_index"),
+    "nat_dp_reverse": ("ipv4_addr",),
     "npm_identity": (),
     "port_role": ("ingress_port",),
     "proto_segment": ("version", "ip_proto"),
@@ -133,8 +139,10 @@ ACTION_PARAMS: dict[str, tuple[str, ...]] = {
     "acl_to_cpu": ("rule_id",),
     "arp_ignore": (),
     "arp_reply": ("mac",),
+    "dp_unmasquerade": ("port_base",),
     "inspect": ("pool", "open_on_failure"),
     "masquerade": (),
+    "masquerade_dp": ("address", "port_base"),
     "no_inspection": (),
     "no_route": (),
     "port_forward": (),
@@ -178,6 +186,7 @@ TABLE_SIZES: dict[str, int] = {
     "ids_classification": 1048576,
     "ids_naive": 16384,
     "ids_port_pair": 1048576,
+    "nat_dp_reverse": 1024,
     "npm_identity": 1,
     "port_role": 512,
     "proto_segment": 256,
@@ -195,6 +204,17 @@ METER_SIZES: dict[str, int] = {
     "class_meter": 256,
     "cpu_meter": 3,
     "cpu_source_meter": 4096,
+    "new_flow_meter": 4096,
+}
+# Declared register sizes (cells) of the v1model build.
+REGISTER_SIZES: dict[str, int] = {
+    "flow_key_dst": 65536,
+    "flow_key_ports": 65536,
+    "flow_key_src": 65536,
+    "flow_nat": 16384,
+    "flow_seen": 65536,
+    "flow_spm": 65536,
+    "flow_state": 65536,
 }
 
 # Controller packet metadata fields.
@@ -242,7 +262,8 @@ DROP_NAT_NO_SESSION = 15
 DROP_CPU_LOOP = 16
 DROP_NO_SPM = 17
 DROP_CPU_SOURCE_METER = 18
-DROP_REASON_COUNT = 19
+DROP_NEW_FLOW_RATE = 19
+DROP_REASON_COUNT = 20
 CPU_REASON_SESSION_NAT = 1
 CPU_REASON_ACL = 2
 CPU_REASON_COUNT = 3
@@ -259,10 +280,14 @@ FLOW_EVENT_HIT = 2
 FLOW_EVENT_COLLISION = 3
 FLOW_EVENT_RETIRED = 4
 FLOW_EVENT_CLOSING = 5
-FLOW_EVENT_COUNT = 6
+FLOW_EVENT_NAT_CREATED = 6
+FLOW_EVENT_NAT_FULL = 7
+FLOW_EVENT_NAT_REVERSE = 8
+FLOW_EVENT_COUNT = 9
 FLOW_STATE_VALID = 0x100
 FLOW_STATE_INSTALLED = 0x200
 FLOW_STATE_CLOSING = 0x400
+FLOW_STATE_NAT = 0x800
 FLOW_TICK_US = 0x400
 FLOW_DEFAULT_IDLE_TICKS = 0x7271
 FLOW_DEFAULT_CLOSING_TICKS = 0x2626
@@ -270,10 +295,10 @@ METER_GREEN = 0
 METER_YELLOW = 1
 METER_RED = 2
 
-DROP_NAMES: dict[int, str] = {0: "NONE", 1: "TRUNCATED", 2: "BAD_CHECKSUM", 3: "BAD_IPV4_HEADER", 4: "TTL_EXPIRED", 5: "TAG_SPOOF", 6: "UNKNOWN_TAG", 7: "NO_SESSION", 8: "ACL_DENY", 9: "NO_ROUTE", 10: "SESSION_BLOCKED", 11: "CLASS_METER", 12: "CPU_METER", 13: "UNKNOWN_PORT", 14: "UNSUPPORTED", 15: "NAT_NO_SESSION", 16: "CPU_LOOP", 17: "NO_SPM", 18: "CPU_SOURCE_METER"}
+DROP_NAMES: dict[int, str] = {0: "NONE", 1: "TRUNCATED", 2: "BAD_CHECKSUM", 3: "BAD_IPV4_HEADER", 4: "TTL_EXPIRED", 5: "TAG_SPOOF", 6: "UNKNOWN_TAG", 7: "NO_SESSION", 8: "ACL_DENY", 9: "NO_ROUTE", 10: "SESSION_BLOCKED", 11: "CLASS_METER", 12: "CPU_METER", 13: "UNKNOWN_PORT", 14: "UNSUPPORTED", 15: "NAT_NO_SESSION", 16: "CPU_LOOP", 17: "NO_SPM", 18: "CPU_SOURCE_METER", 19: "NEW_FLOW_RATE"}
 CPU_REASON_NAMES: dict[int, str] = {1: "SESSION_NAT", 2: "ACL"}
 ROLE_NAMES: dict[int, str] = {0: "UNKNOWN", 1: "INSIDE", 2: "OUTSIDE", 3: "SPM", 4: "CPU"}
 ACL_NAMES: dict[int, str] = {0: "DENY", 1: "PERMIT", 2: "TO_CPU"}
 NAT_NAMES: dict[int, str] = {0: "NONE", 1: "REWRITE_SRC", 2: "REWRITE_DST"}
 METER_NAMES: dict[int, str] = {0: "GREEN", 1: "YELLOW", 2: "RED"}
-FLOW_EVENT_NAMES: dict[int, str] = {0: "CREATED", 1: "RECLAIMED", 2: "HIT", 3: "COLLISION", 4: "RETIRED", 5: "CLOSING"}
+FLOW_EVENT_NAMES: dict[int, str] = {0: "CREATED", 1: "RECLAIMED", 2: "HIT", 3: "COLLISION", 4: "RETIRED", 5: "CLOSING", 6: "NAT_CREATED", 7: "NAT_FULL", 8: "NAT_REVERSE"}

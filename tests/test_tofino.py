@@ -57,7 +57,15 @@ def _actions(info: p4i.P4Info) -> dict[str, tuple[tuple[str, int], ...]]:
 # are register arrays read and written in one pass (OG_DP_SESSIONS), which Tofino's
 # RegisterActions cannot express; the TNA build keeps the controller path (README "Running on
 # Tofino").
-V1MODEL_ONLY = {pc.T_FLOW_AGEING, pc.A_SET_FLOW_TIMEOUT, pc.C_FLOW_EVENT_COUNTER}
+V1MODEL_ONLY = {
+    pc.T_FLOW_AGEING,
+    pc.A_SET_FLOW_TIMEOUT,
+    pc.C_FLOW_EVENT_COUNTER,
+    pc.T_NAT_DP_REVERSE,
+    pc.A_DP_UNMASQUERADE,
+    pc.A_MASQUERADE_DP,
+    pc.M_NEW_FLOW_METER,
+}
 # Objects added to the shared code after the committed Tofino build was made (bf-p4c was not at
 # hand): empty again once `make tofino` has run, which the freshness test checks.
 ADDED_SINCE_TOFINO_BUILD = {pc.M_CPU_SOURCE_METER}

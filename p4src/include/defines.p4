@@ -74,7 +74,8 @@ const drop_reason_t DROP_NAT_NO_SESSION  = 15;  // returned from an SPM, needs N
 const drop_reason_t DROP_CPU_LOOP        = 16;  // injected by the CPU and would go back to it
 const drop_reason_t DROP_NO_SPM          = 17;  // the class needs inspection, no SPM is up, fail-closed
 const drop_reason_t DROP_CPU_SOURCE_METER = 18; // this source's share of the path to the CPU is used up
-const bit<32> DROP_REASON_COUNT = 19;
+const drop_reason_t DROP_NEW_FLOW_RATE   = 19;  // this source opens new flows faster than the policy allows
+const bit<32> DROP_REASON_COUNT = 20;
 
 // Why a packet goes to the controller (packet_in.reason).
 const cpu_reason_t CPU_REASON_SESSION_NAT = 1;  // opening packet of a session that needs NAT
@@ -99,12 +100,16 @@ const bit<32> FLOW_EVENT_HIT       = 2;  // a packet admitted by a slot (no exac
 const bit<32> FLOW_EVENT_COLLISION = 3;  // the slot holds another live flow: controller path
 const bit<32> FLOW_EVENT_RETIRED   = 4;  // the controller removed the flow's entries: slot freed
 const bit<32> FLOW_EVENT_CLOSING   = 5;  // FIN or RST seen: the slot ages out after the linger
-const bit<32> FLOW_EVENT_COUNT     = 6;
+const bit<32> FLOW_EVENT_NAT_CREATED = 6;  // a masqueraded flow claimed a slot, and with it its port
+const bit<32> FLOW_EVENT_NAT_FULL    = 7;  // both of its candidate ports are taken: controller path
+const bit<32> FLOW_EVENT_NAT_REVERSE = 8;  // a reply translated back by its flow's slot
+const bit<32> FLOW_EVENT_COUNT     = 9;
 
 // Layout of a slot's state word: protocol, flags, class.
 const bit<32> FLOW_STATE_VALID     = 0x100;  // the slot holds a flow
 const bit<32> FLOW_STATE_INSTALLED = 0x200;  // its exact-match entries have been hit
 const bit<32> FLOW_STATE_CLOSING   = 0x400;  // FIN or RST seen
+const bit<32> FLOW_STATE_NAT       = 0x800;  // masqueraded: the slot's index is its public port
 
 // A tick of data-plane time: the shell's microsecond timestamp >> 10.
 const bit<32> FLOW_TICK_US = 1024;

@@ -119,6 +119,10 @@ struct session_request_t {
     class_id_t  ids_class;
     port_id_t   spm_port;
     mac_addr_t  spm_mac;
+#ifdef OG_DP_SESSIONS
+    ipv4_addr_t nat_addr;            // the data plane masqueraded the flow as nat_addr:nat_port
+    l4_port_t   nat_port;            // (0: no NAT)
+#endif
 }
 
 // Reported when a TCP FIN or RST hits a session, so that the controller can retire it.
@@ -193,6 +197,17 @@ struct local_metadata_t {
     // Data-plane sessions (SessionSetup, where the shell defines OG_DP_SESSIONS).
     flow_ticks_t now;                // the packet's arrival time, set by the shell
     bit<1>       flow_hit;           // admitted by a data-plane session slot (no exact entry yet)
+    flow_ticks_t flow_idle_ticks;    // this protocol's slot lifetime (flow_ageing)
+    flow_ticks_t flow_closing_ticks; // ...after a FIN or RST
+    bit<1>       dp_nat;             // the masquerade rule lets the data plane pick the port...
+    ipv4_addr_t  dp_nat_addr;        // ...on this address...
+    l4_port_t    dp_nat_base;        // ...from the block starting here (NAT_DP_SLOTS ports)
+    ipv4_addr_t  dp_public_addr;     // NatReverse: the public address of the packet's flow
+    bit<1>       dp_nat_reverse;     // a reply that NatReverse translated by its flow's slot
+    flow_slot_t  dp_nat_slot;        // ...that slot
+    bit<1>       dp_snat;            // SessionSetup set a masquerade rewrite: apply it after
+    ipv4_addr_t  req_src;            // the opening packet's source as it arrived (the digest's
+    l4_port_t    req_sport;          // key, even when the data plane rewrites it)
 
     // Classification (HSM / IPP).
     bit<1>        classifier_version;

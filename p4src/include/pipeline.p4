@@ -23,7 +23,11 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
     PortRole() port_role;
     ArpResponder() arp;
     Session() session;
+    NatReverse() nat_reverse;
     Nat() nat;
+#ifdef OG_DP_SESSIONS
+    Nat() late_nat;
+#endif
     Routing() routing;
     NatPolicy() nat_policy;
     Classify() classify;
@@ -53,9 +57,13 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
                 if (og_admitted(meta) && meta.returned_nat_done == 0) {
                     session.apply(hdr, meta);
                 }
+                // Without an exact entry, a reply to a flow the data plane masqueraded is found
+                // by its port and translated back before routing (like nat_before_spm).
+                nat_reverse.apply(hdr, meta);
                 // NAT now unless it waits for the SPM (original direction of an inspected flow).
-                if (meta.session_hit == 1
-                        && (meta.spm_port == 0 || meta.nat_before_spm == 1 || meta.returned == 1)) {
+                if ((meta.session_hit == 1
+                        && (meta.spm_port == 0 || meta.nat_before_spm == 1 || meta.returned == 1))
+                        || meta.dp_nat_reverse == 1) {
                     nat.apply(hdr, meta);
                 }
                 routing.apply(hdr, meta);
@@ -77,6 +85,13 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
                         nat_policy.apply(hdr, meta);
                     }
                     session_setup.apply(hdr, meta);
+#ifdef OG_DP_SESSIONS
+                    // A masqueraded flow the data plane carries: its source is rewritten last
+                    // (it does not change the route).
+                    if (meta.dp_snat == 1) {
+                        late_nat.apply(hdr, meta);
+                    }
+#endif
                 }
                 forwarding.apply(hdr, meta);
             }

@@ -29,5 +29,7 @@
 #define FLOW_SLOTS                65536
 #define FLOW_AGEING_TABLE_SIZE    256
 #define CPU_SOURCE_METERS         4096
+#define NEW_FLOW_METERS           4096
+#define NAT_DP_SLOTS              16384
 
 #endif

@@ -10,6 +10,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from ipaddress import IPv4Address
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from scapy.layers.l2 import Ether
 
 from controller.npm import NpmAddress
 from controller.runtime import Controller, ControllerOptions
+from opengate import p4constants as pc
 from opengate.netutil import require_root, veth_pairs
 from opengate.switch import running_switch
 from opengate.target import TargetChoice, TargetError, select_target
@@ -67,7 +69,8 @@ class Lab:
 
 
 @pytest.fixture
-def real_lab(tmp_path: Path, lab: Path) -> Iterator[Lab]:
+def real_lab(request: pytest.FixtureRequest, tmp_path: Path, lab: Path) -> Iterator[Lab]:
+    """The lab policy on a real switch; indirect parameters: (old, new) replacements in it."""
     reason = require_root("controller integration tests")
     if reason:
         pytest.skip(reason)
@@ -79,6 +82,9 @@ def real_lab(tmp_path: Path, lab: Path) -> Iterator[Lab]:
         "idle_timeout: {tcp: 30, udp: 30, icmp: 30, other: 30}",
         "idle_timeout: {tcp: 30, udp: 1, icmp: 30, other: 30}",
     )
+    for before, after in getattr(request, "param", ()):
+        assert before in text
+        text = text.replace(before, after)
     lab.write_text(text)
     tag = f"{os.getpid() % 100000}"
     pairs = [(f"oc{tag}s{n}", f"oc{tag}h{n}") for n in range(1, 5)]
@@ -140,6 +146,57 @@ def test_masquerade_session_through_packet_in_and_reinjection(real_lab: Lab) -> 
     reply = real_lab.wires[1].expect(lambda f: f.haslayer(UDP) and f[UDP].sport == 7777)
     assert (reply[IP].dst, reply[UDP].dport, reply[Ether].dst) == (H1, 5000, H1_MAC)
     assert _count(real_lab) == 1
+
+
+DP_BASE = 30000
+
+
+@pytest.mark.parametrize(
+    "real_lab", [(("data_plane_ports: off", f"data_plane_ports: {DP_BASE}"),)], indirect=True
+)
+def test_masquerade_by_the_data_plane_then_installed(real_lab: Lab) -> None:
+    """With data-plane masquerading the opening packet leaves at once, on a port of the NPM's
+    block (no packet-in); the reply comes back un-NATed; the CPM learns the binding from the
+    digest, installs the entries with it and records it in the database; later packets keep
+    the port."""
+    out = (
+        Ether(src=H1_MAC, dst=GW_IN_MAC)
+        / IP(src=H1, dst=OUT1, ttl=64)
+        / UDP(sport=5000, dport=7777)
+        / b"hello"
+    )
+    real_lab.wires[1].send(bytes(out))
+    seen = real_lab.wires[2].expect(lambda f: f.haslayer(UDP) and f[UDP].dport == 7777)
+    assert (seen[IP].src, seen[IP].dst, seen[IP].ttl) == (GW_OUT, OUT1, 63)
+    nat_port = seen[UDP].sport
+    assert DP_BASE <= nat_port < DP_BASE + 16384
+    back = (
+        Ether(src=OUT1_MAC, dst=GW_OUT_MAC)
+        / IP(src=OUT1, dst=GW_OUT)
+        / UDP(sport=7777, dport=nat_port)
+        / b"world"
+    )
+    real_lab.wires[2].send(bytes(back))
+    reply = real_lab.wires[1].expect(lambda f: f.haslayer(UDP) and f[UDP].sport == 7777)
+    assert (reply[IP].dst, reply[UDP].dport, reply[Ether].dst) == (H1, 5000, H1_MAC)
+    sessions = real_lab.controller.sessions
+    assert sessions is not None
+    wait_until("the session installed", lambda: _count(real_lab) == 1, timeout=5)
+    key = (int(IPv4Address(H1)), int(IPv4Address(OUT1)), 17, 5000, 7777)
+    session = real_lab.controller.bus.call(lambda: sessions.find(None, key))
+    assert session is not None
+    assert (session.nat_kind, IPv4Address(session.nat_addr), session.nat_port) == (
+        pc.NAT_REWRITE_SRC,
+        IPv4Address(GW_OUT),
+        nat_port,
+    )
+    assert sessions.stats.packet_outs == 0, "the CPM path (packet-in, re-injection) was taken"
+    real_lab.wires[1].send(bytes(out))
+    again = real_lab.wires[2].expect(lambda f: f.haslayer(UDP) and f[UDP].dport == 7777)
+    assert again[UDP].sport == nat_port
+    real_lab.controller.db_writer.flush()
+    (row,) = real_lab.controller.db.sessions()
+    assert (row["nat_kind"], row["nat_port"]) == (pc.NAT_REWRITE_SRC, nat_port)
 
 
 def test_digest_session_ages_out_when_idle(real_lab: Lab) -> None:

@@ -28,6 +28,7 @@
 #define OG_COUNTER(name, size) Counter<bit<64>, bit<32>>((bit<32>)(size), CounterType_t.PACKETS_AND_BYTES) name
 #define OG_COUNT(name, index) name.count((bit<32>)(index))
 #define OG_METER(name, size) Meter<bit<32>>((bit<32>)(size), MeterType_t.BYTES) name
+#define OG_PACKET_METER(name, size) Meter<bit<32>>((bit<32>)(size), MeterType_t.PACKETS) name
 #define OG_METER_EXECUTE(name, index, color) color = (meter_color_t)name.execute((bit<32>)(index))
 // TNA colours: green 0, yellow 1, red 3.
 #define OG_METER_IS_RED(color) ((color) == 3)

@@ -11,6 +11,7 @@
 #define OG_COUNTER(name, size) counter((bit<32>)(size), CounterType.packets_and_bytes) name
 #define OG_COUNT(name, index) name.count((bit<32>)(index))
 #define OG_METER(name, size) meter((bit<32>)(size), MeterType.bytes) name
+#define OG_PACKET_METER(name, size) meter((bit<32>)(size), MeterType.packets) name
 #define OG_METER_EXECUTE(name, index, color) name.execute_meter((bit<32>)(index), color)
 #define OG_METER_IS_RED(color) ((color) == METER_RED)
 #define OG_SPM_SELECTOR(name) action_selector(HashAlgorithm.crc16, SPM_POOL_SIZE, SPM_SELECTOR_WIDTH) name

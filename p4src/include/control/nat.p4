@@ -43,6 +43,18 @@ control NatPolicy(inout headers_t hdr, inout local_metadata_t meta) {
         meta.snat_required = 1;
     }
 
+#ifdef OG_DP_SESSIONS
+    // Masquerade as `address`, the data plane picking the port of a new flow from the block of
+    // NAT_DP_SLOTS ports at port_base (SessionSetup); the controller's own ports lie outside it.
+    @name(".masquerade_dp")
+    action masquerade_dp(ipv4_addr_t address, l4_port_t port_base) {
+        meta.snat_required = 1;
+        meta.dp_nat = 1;
+        meta.dp_nat_addr = address;
+        meta.dp_nat_base = port_base;
+    }
+#endif
+
     // Source NAT: traffic from these sources leaving by this port is masqueraded.
     @name(".snat_rule")
     table snat_rule {
@@ -50,7 +62,13 @@ control NatPolicy(inout headers_t hdr, inout local_metadata_t meta) {
             meta.egress_port  : exact @name("egress_port");
             hdr.ipv4.src_addr : lpm @name("ipv4_src");
         }
-        actions = { masquerade; @defaultonly NoAction; }
+        actions = {
+            masquerade;
+#ifdef OG_DP_SESSIONS
+            masquerade_dp;
+#endif
+            @defaultonly NoAction;
+        }
         const default_action = NoAction();
         size = NAT_TABLE_SIZE;
     }

@@ -17,7 +17,17 @@
 //   close, block expiry, API): the slot is freed and the packet is handled as a miss.
 // - Ageing: a slot older than its protocol's idle time (flow_ageing, set by the controller from
 //   the policy's timeouts), or than the closing linger after a FIN or RST, is free to reclaim.
-// - NAT sessions are not made here yet: the controller allocates them (packet-in), as before.
+// - Masquerade (snat_rule's masquerade_dp): a masqueraded flow lives in one of the first
+//   NAT_DP_SLOTS slots, and its public port is the block's base plus its slot's index, so that
+//   claiming the slot claims the port. The opening packet leaves rewritten (after its SPM, if it
+//   has one); a reply to address:port finds its slot from the port (NatReverse, before routing)
+//   and is rewritten back. The digest carries the binding, with which the controller installs
+//   the exact entries; packets they carry keep the slot alive, in both directions (NatReverse).
+//   Both candidate ports taken: the controller allocates the binding (packet-in), as before.
+// - Port forwards are still set up by the controller (packet-in).
+// - New flows per source are metered (new_flow_meter, in packets): a host that opens flows
+//   faster than the policy allows has the excess dropped here, before it takes a slot, a digest
+//   or the path to the CPU.
 //
 // The rest (no slot hit) is the verdict on a packet without a session. A permitted opening packet
 // (TCP SYN without ACK, UDP, ICMP echo request, other IP protocols) is forwarded and reported with
@@ -27,53 +37,40 @@
 #ifndef OPENGATE_CONTROL_SESSION_SETUP_P4
 #define OPENGATE_CONTROL_SESSION_SETUP_P4
 
-control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
 #ifdef OG_DP_SESSIONS
-    @name(".flow_key_src")
-    OG_REGISTER(bit<32>, flow_key_src, FLOW_SLOTS);
-    @name(".flow_key_dst")
-    OG_REGISTER(bit<32>, flow_key_dst, FLOW_SLOTS);
-    @name(".flow_key_ports")
-    OG_REGISTER(bit<32>, flow_key_ports, FLOW_SLOTS);
-    @name(".flow_state")
-    OG_REGISTER(bit<32>, flow_state, FLOW_SLOTS);
-    @name(".flow_spm")
-    OG_REGISTER(bit<64>, flow_spm, FLOW_SLOTS);
-    @name(".flow_seen")
-    OG_REGISTER(flow_ticks_t, flow_seen, FLOW_SLOTS);
-    @name(".flow_event_counter")
-    OG_COUNTER(flow_event_counter, FLOW_EVENT_COUNT);
+// The slots, shared by NatReverse (before routing) and SessionSetup (after it).
+@name(".flow_key_src")
+OG_REGISTER(bit<32>, flow_key_src, FLOW_SLOTS);
+@name(".flow_key_dst")
+OG_REGISTER(bit<32>, flow_key_dst, FLOW_SLOTS);
+@name(".flow_key_ports")
+OG_REGISTER(bit<32>, flow_key_ports, FLOW_SLOTS);
+@name(".flow_state")
+OG_REGISTER(bit<32>, flow_state, FLOW_SLOTS);
+@name(".flow_spm")
+OG_REGISTER(bit<64>, flow_spm, FLOW_SLOTS);
+@name(".flow_seen")
+OG_REGISTER(flow_ticks_t, flow_seen, FLOW_SLOTS);
+// Masqueraded slots only: public address ++ public port ++ 16 zero bits.
+@name(".flow_nat")
+OG_REGISTER(bit<64>, flow_nat, NAT_DP_SLOTS);
+@name(".flow_event_counter")
+OG_COUNTER(flow_event_counter, FLOW_EVENT_COUNT);
+#endif
 
-    flow_ticks_t idle_ticks = 0;
-    flow_ticks_t closing_ticks = 0;
-
-    // Read one candidate slot: its state word, whether it holds this packet's flow (in either
-    // direction, by the whole 5-tuple) and whether its flow is still alive.
-    @hidden
-    action probe(in flow_slot_t index, in bit<32> ports, out bit<32> state, out bool mine,
-                 out bool live) {
-        bit<32> k_src;
-        bit<32> k_dst;
-        bit<32> k_ports;
-        flow_ticks_t seen;
-        flow_state.read(state, index);
-        flow_key_src.read(k_src, index);
-        flow_key_dst.read(k_dst, index);
-        flow_key_ports.read(k_ports, index);
-        flow_seen.read(seen, index);
-        bit<32> reversed = ports[15:0] ++ ports[31:16];
-        mine = (state & FLOW_STATE_VALID) != 0 && state[7:0] == hdr.ipv4.protocol
-            && ((k_src == hdr.ipv4.src_addr && k_dst == hdr.ipv4.dst_addr && k_ports == ports)
-                || (k_src == hdr.ipv4.dst_addr && k_dst == hdr.ipv4.src_addr
-                    && k_ports == reversed));
-        flow_ticks_t limit = (state & FLOW_STATE_CLOSING) != 0 ? closing_ticks : idle_ticks;
-        live = (state & FLOW_STATE_VALID) != 0 && meta.now - seen <= limit;
-    }
+// Before routing, for every IPv4 packet: the slot lifetimes of its protocol, and the slot of a
+// flow the data plane masqueraded, found by its public port (the slot's index). Without an exact
+// entry, a reply is translated back here; with one, either direction keeps the slot alive (the
+// controller's entries use its port), and once they are gone the slot is retired.
+control NatReverse(inout headers_t hdr, inout local_metadata_t meta) {
+#ifdef OG_DP_SESSIONS
+    bit<1> pool = 0;
+    l4_port_t base = 0;
 
     @name(".set_flow_timeout")
     action set_flow_timeout(flow_ticks_t idle, flow_ticks_t closing) {
-        idle_ticks = idle;
-        closing_ticks = closing;
+        meta.flow_idle_ticks = idle;
+        meta.flow_closing_ticks = closing;
     }
 
     // Per IP protocol: how long a slot lives without packets, and after a FIN or RST.
@@ -86,18 +83,157 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         default_action = set_flow_timeout(FLOW_DEFAULT_IDLE_TICKS, FLOW_DEFAULT_CLOSING_TICKS);
         size = FLOW_AGEING_TABLE_SIZE;
     }
+
+    @name(".dp_unmasquerade")
+    action dp_unmasquerade(l4_port_t port_base) {
+        pool = 1;
+        base = port_base;
+    }
+
+    // The addresses the data plane masquerades as, with the first port of their block.
+    @name(".nat_dp_reverse")
+    table nat_dp_reverse {
+        key = {
+            meta.dp_public_addr : exact @name("ipv4_addr");
+        }
+        actions = { dp_unmasquerade; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = NAT_TABLE_SIZE;
+    }
 #endif
 
     apply {
 #ifdef OG_DP_SESSIONS
-        // Only first passes of TCP, UDP and ICMP echo packets that nothing has stopped so far,
-        // and not those of NAT sessions: the data plane makes none, and their headers may be
-        // rewritten already (the slots would be read for nothing).
+        flow_ageing.apply();
+        // The public end of the packet's flow, if the data plane masqueraded it: a packet of the
+        // original direction carried by its exact entry is to be rewritten to it; any other
+        // packet (a reply) is sent to it.
+        bool forward = meta.session_hit == 1 && meta.nat_kind == NAT_REWRITE_SRC;
+        l4_port_t public_port = meta.l4_dport;
+        meta.dp_public_addr = hdr.ipv4.dst_addr;
+        if (forward) {
+            meta.dp_public_addr = meta.nat_addr;
+            public_port = meta.nat_port;
+        }
+        if (meta.returned == 0 && og_admitted(meta)
+                && (hdr.tcp.isValid() || hdr.udp.isValid()
+                    || (hdr.icmp.isValid() && (hdr.icmp.icmp_type == ICMP_ECHO_REQUEST
+                                               || hdr.icmp.icmp_type == ICMP_ECHO_REPLY)))) {
+            nat_dp_reverse.apply();
+        }
+        l4_port_t offset = public_port - base;
+        if (pool == 1 && public_port >= base && offset < NAT_DP_SLOTS) {
+            flow_slot_t slot = (flow_slot_t)offset;
+            bit<32> state;
+            bit<32> k_src;
+            bit<32> k_dst;
+            bit<32> k_ports;
+            bit<64> nat;
+            flow_ticks_t seen;
+            flow_state.read(state, slot);
+            flow_key_src.read(k_src, slot);
+            flow_key_dst.read(k_dst, slot);
+            flow_key_ports.read(k_ports, slot);
+            flow_nat.read(nat, slot);
+            flow_seen.read(seen, slot);
+            flow_ticks_t limit = (state & FLOW_STATE_CLOSING) != 0
+                ? meta.flow_closing_ticks : meta.flow_idle_ticks;
+            bool mine = (state & (FLOW_STATE_VALID | FLOW_STATE_NAT))
+                    == (FLOW_STATE_VALID | FLOW_STATE_NAT)
+                && state[7:0] == hdr.ipv4.protocol
+                && nat == meta.dp_public_addr ++ public_port ++ 16w0;
+            if (forward) {
+                mine = mine && k_src == hdr.ipv4.src_addr && k_dst == hdr.ipv4.dst_addr
+                    && k_ports == meta.l4_sport ++ meta.l4_dport;
+            } else {
+                // The reply: from the flow's remote end and port.
+                mine = mine && k_dst == hdr.ipv4.src_addr && k_ports[15:0] == meta.l4_sport;
+            }
+            if (mine && meta.now - seen <= limit) {
+                if (meta.session_hit == 1) {
+                    // Its exact entries carry it: the slot, and with it the port, stays taken.
+                    if (meta.drop_session == 0) {
+                        state = state | FLOW_STATE_INSTALLED;
+                        if (hdr.tcp.isValid() && (hdr.tcp.flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) != 0
+                                && (state & FLOW_STATE_CLOSING) == 0) {
+                            state = state | FLOW_STATE_CLOSING;
+                            OG_COUNT(flow_event_counter, FLOW_EVENT_CLOSING);
+                        }
+                        flow_state.write(slot, state);
+                        flow_seen.write(slot, meta.now);
+                    }
+                } else if ((state & FLOW_STATE_INSTALLED) != 0) {
+                    // Its exact entries were there and are gone: the controller ended it.
+                    flow_state.write(slot, 0);
+                    OG_COUNT(flow_event_counter, FLOW_EVENT_RETIRED);
+                } else if (!forward) {
+                    meta.dp_nat_reverse = 1;
+                    meta.dp_nat_slot = slot;
+                    meta.nat_kind = NAT_REWRITE_DST;
+                    meta.nat_addr = k_src;
+                    meta.nat_port = k_ports[31:16];
+                    OG_COUNT(flow_event_counter, FLOW_EVENT_NAT_REVERSE);
+                }
+            }
+        }
+#endif
+    }
+}
+
+control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
+#ifdef OG_DP_SESSIONS
+    // New flows per source (the low bits of its address), in packets: one host's flood of new
+    // flows cannot take the slots, the digests and the CPU that other hosts' new flows need.
+    @name(".new_flow_meter")
+    OG_PACKET_METER(new_flow_meter, NEW_FLOW_METERS);
+
+    // Read one candidate slot: its state word, whether it holds this packet's flow (in either
+    // direction, by the whole 5-tuple, masqueraded or not as wanted) and whether it is alive.
+    @hidden
+    action probe(in flow_slot_t index, in bit<32> ports, in bit<32> want_nat, out bit<32> state,
+                 out bool mine, out bool live) {
+        bit<32> k_src;
+        bit<32> k_dst;
+        bit<32> k_ports;
+        flow_ticks_t seen;
+        flow_state.read(state, index);
+        flow_key_src.read(k_src, index);
+        flow_key_dst.read(k_dst, index);
+        flow_key_ports.read(k_ports, index);
+        flow_seen.read(seen, index);
+        bit<32> reversed = ports[15:0] ++ ports[31:16];
+        mine = (state & FLOW_STATE_VALID) != 0 && state[7:0] == hdr.ipv4.protocol
+            && (state & FLOW_STATE_NAT) == want_nat
+            && ((k_src == hdr.ipv4.src_addr && k_dst == hdr.ipv4.dst_addr && k_ports == ports)
+                || (k_src == hdr.ipv4.dst_addr && k_dst == hdr.ipv4.src_addr
+                    && k_ports == reversed));
+        flow_ticks_t limit = (state & FLOW_STATE_CLOSING) != 0
+            ? meta.flow_closing_ticks : meta.flow_idle_ticks;
+        live = (state & FLOW_STATE_VALID) != 0 && meta.now - seen <= limit;
+    }
+#endif
+
+    apply {
+#ifdef OG_DP_SESSIONS
+        bool l4 = hdr.tcp.isValid() || hdr.udp.isValid()
+            || (hdr.icmp.isValid() && (hdr.icmp.icmp_type == ICMP_ECHO_REQUEST
+                                       || hdr.icmp.icmp_type == ICMP_ECHO_REPLY));
+        // A masqueraded flow (the masquerade rule lets the data plane pick its port) lives in
+        // the first NAT_DP_SLOTS slots; any other in all of them.
+        bool nat_flow = meta.snat_required == 1 && meta.dp_nat == 1 && meta.dnat_required == 0;
+        // First passes of packets that nothing has stopped so far, but not those of the
+        // controller's NAT sessions (their headers may be rewritten already, and the data plane
+        // has no slot for them) nor port forwards (the controller's).
         bool eligible = meta.returned == 0 && meta.nat_kind == NAT_NONE && og_admitted(meta)
-            && meta.port_role != ROLE_CPU
-            && (hdr.tcp.isValid() || hdr.udp.isValid()
-                || (hdr.icmp.isValid() && (hdr.icmp.icmp_type == ICMP_ECHO_REQUEST
-                                           || hdr.icmp.icmp_type == ICMP_ECHO_REPLY)));
+            && meta.port_role != ROLE_CPU && meta.dnat_required == 0 && l4;
+        // Back from its SPM, a masqueraded flow's packet is rewritten now: read its slot only.
+        bool returned_nat = meta.returned == 1 && nat_flow && l4;
+        // A reply NatReverse translated: its slot is known.
+        bool reverse = meta.dp_nat_reverse == 1;
+        bit<32> want_nat = 0;
+        if (nat_flow || reverse) {
+            want_nat = FLOW_STATE_NAT;
+        }
         // Two candidate slots (two hashes of the same key): a flow lives in either, a new flow
         // takes the first free one, so a collision needs both taken by live flows.
         flow_slot_t slot0 = 0;
@@ -111,16 +247,24 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         bit<32> ports = meta.l4_sport ++ meta.l4_dport;
         bool closing_packet = hdr.tcp.isValid()
             && (hdr.tcp.flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) != 0;
-        if (eligible) {
+        if (reverse) {
+            slot0 = meta.dp_nat_slot;
+            slot1 = meta.dp_nat_slot;
+        } else {
             hash(slot0, HashAlgorithm.crc32, 32w0,
                  { meta.flow_addr_mix, hdr.ipv4.protocol, meta.flow_port_mix },
                  (bit<32>)FLOW_SLOTS);
             hash(slot1, HashAlgorithm.crc16, 32w0,
                  { meta.flow_addr_mix, hdr.ipv4.protocol, meta.flow_port_mix },
                  (bit<32>)FLOW_SLOTS);
-            flow_ageing.apply();
-            probe(slot0, ports, state0, mine0, live0);
-            probe(slot1, ports, state1, mine1, live1);
+            if (nat_flow) {
+                slot0 = slot0 & (NAT_DP_SLOTS - 1);
+                slot1 = slot1 & (NAT_DP_SLOTS - 1);
+            }
+        }
+        if (eligible || returned_nat || reverse) {
+            probe(slot0, ports, want_nat, state0, mine0, live0);
+            probe(slot1, ports, want_nat, state1, mine1, live1);
         }
         // The flow's own live slot, if it has one.
         bool on0 = mine0 && live0;
@@ -135,7 +279,16 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             live = live0;
         }
 
-        if (eligible && mine && live && meta.session_hit == 1) {
+        if (returned_nat && mine && live) {
+            // After its SPM: the original direction of a masqueraded flow is rewritten now.
+            bit<64> nat;
+            flow_nat.read(nat, slot);
+            meta.flow_hit = 1;
+            meta.dp_snat = 1;
+            meta.nat_kind = NAT_REWRITE_SRC;
+            meta.nat_addr = nat[63:32];
+            meta.nat_port = nat[31:16];
+        } else if (eligible && mine && live && meta.session_hit == 1) {
             // The exact entries carry the flow: keep the slot alive and note that they exist.
             if (meta.drop_session == 0) {
                 state = state | FLOW_STATE_INSTALLED;
@@ -157,7 +310,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                 live1 = false;
                 state1 = 0;
             }
-        } else if (eligible && mine && live) {
+        } else if ((eligible || reverse) && mine && live) {
             // A later packet of a flow the data plane made, before its exact entries exist.
             meta.flow_hit = 1;
             bit<64> spm;
@@ -172,6 +325,15 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                 meta.drop_fwd = og_forwarding_drop(hdr, meta);
             } else {
                 meta.drop_fwd = DROP_NONE;
+            }
+            if (nat_flow && spm[56:48] == 0) {
+                // The original direction of a masqueraded flow with no SPM: rewrite it now.
+                bit<64> nat;
+                flow_nat.read(nat, slot);
+                meta.dp_snat = 1;
+                meta.nat_kind = NAT_REWRITE_SRC;
+                meta.nat_addr = nat[63:32];
+                meta.nat_port = nat[31:16];
             }
             if (closing_packet) {
                 meta.send_session_close = 1;
@@ -207,15 +369,21 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         } else if (meta.port_role == ROLE_CPU) {
             // Re-injected by the controller but still without a session: never loop.
             meta.drop_setup = DROP_CPU_LOOP;
-        } else if (meta.snat_required == 1 || meta.dnat_required == 1) {
-            meta.to_cpu = 1;
-            meta.cpu_reason = CPU_REASON_SESSION_NAT;
         } else {
-            meta.send_session_request = 1;
+            // A permitted opening packet: a new session.
+            meta.req_src = hdr.ipv4.src_addr;
+            meta.req_sport = meta.l4_sport;
+            bool nat = meta.snat_required == 1 || meta.dnat_required == 1;
 #ifdef OG_DP_SESSIONS
-            // Claim the first candidate slot that no live flow holds. (The flow's own live slot
-            // cannot reach here: that is a hit above, or a retired slot, now free.)
-            if (eligible && meta.drop_session == 0 && meta.drop_fwd == 0) {
+            meter_color_t color = METER_GREEN;
+            OG_METER_EXECUTE(new_flow_meter, hdr.ipv4.src_addr[11:0], color);
+            bool claimed = false;
+            if (OG_METER_IS_RED(color)) {
+                meta.drop_setup = DROP_NEW_FLOW_RATE;
+            } else if (eligible && (!nat || nat_flow) && meta.drop_session == 0
+                    && meta.drop_fwd == 0) {
+                // Claim the first candidate slot that no live flow holds. (The flow's own live
+                // slot cannot reach here: that is a hit above, or a retired slot, now free.)
                 bool free = !live0 || !live1;
                 slot = slot1;
                 state = state1;
@@ -227,17 +395,49 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                     flow_key_src.write(slot, hdr.ipv4.src_addr);
                     flow_key_dst.write(slot, hdr.ipv4.dst_addr);
                     flow_key_ports.write(slot, ports);
-                    flow_state.write(slot, FLOW_STATE_VALID | (bit<32>)hdr.ipv4.protocol
+                    flow_state.write(slot, FLOW_STATE_VALID | want_nat
+                                           | (bit<32>)hdr.ipv4.protocol
                                            | ((bit<32>)meta.ids_class << 16));
                     flow_spm.write(slot, (bit<7>)0 ++ meta.spm_port ++ meta.spm_mac);
                     flow_seen.write(slot, meta.now);
+                    if (nat_flow) {
+                        // The slot is the port: claimed with it, free again with it.
+                        l4_port_t port = meta.dp_nat_base + (l4_port_t)slot;
+                        flow_nat.write(slot, meta.dp_nat_addr ++ port ++ 16w0);
+                        meta.nat_kind = NAT_REWRITE_SRC;
+                        meta.nat_addr = meta.dp_nat_addr;
+                        meta.nat_port = port;
+                        // With an SPM, after it (returned_nat above), as the controller does.
+                        if (meta.spm_port == 0) {
+                            meta.dp_snat = 1;
+                        }
+                        OG_COUNT(flow_event_counter, FLOW_EVENT_NAT_CREATED);
+                    }
                     if ((state & FLOW_STATE_VALID) != 0) {
                         OG_COUNT(flow_event_counter, FLOW_EVENT_RECLAIMED);
                     }
                     OG_COUNT(flow_event_counter, FLOW_EVENT_CREATED);
+                    claimed = true;
+                } else if (nat_flow) {
+                    OG_COUNT(flow_event_counter, FLOW_EVENT_NAT_FULL);
                 } else {
                     OG_COUNT(flow_event_counter, FLOW_EVENT_COLLISION);
                 }
+            }
+            if (meta.drop_setup != 0) {
+                // Over its rate: nothing more.
+            } else if (nat && !claimed) {
+                meta.to_cpu = 1;
+                meta.cpu_reason = CPU_REASON_SESSION_NAT;
+            } else {
+                meta.send_session_request = 1;
+            }
+#else
+            if (nat) {
+                meta.to_cpu = 1;
+                meta.cpu_reason = CPU_REASON_SESSION_NAT;
+            } else {
+                meta.send_session_request = 1;
             }
 #endif
         }
