@@ -5,9 +5,10 @@
 Needs root (Mininet). h2 sends 18-byte datagrams to out1, each from a new source port (a new flow),
 at each rate for `--seconds`; meanwhile h1 runs one iperf3 TCP flow to out1 (its rate is compared
 with the same flow alone), opens 20 new TCP connections to out1 (connect times), and the REST API
-is asked for its status every 100 ms (response times). With the routed policy (the example policy
-without masquerade) the flood's sessions are made by the data plane; with the example policy
-(masquerade) each new flow goes to the controller, through the per-source CPU meter.
+is asked for its status every 100 ms (response times). Three policies: routed (the example policy
+without masquerade) and the example policy (masquerade), whose flows the NPM makes itself, and
+the example policy with `data_plane_ports: off`, whose masqueraded flows go to the CPM. The
+example policy limits each source to 1,000 new flows a second (2,000 at once).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from bench.bench_sessions import measure, percentile
 from opengate import p4constants as pc
 from opengate.target import repo_root, select_target
-from topo.model import load_topology, without_masquerade
+from topo.model import load_topology, with_controller_nat, without_masquerade
 from topo.net import GatewayNetwork
 
 OUT1 = "198.51.100.20"
@@ -122,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         path = str(spec.policy)
         for name, text in (
             ("routed (data-plane sessions)", without_masquerade(running["text"])),
-            ("masqueraded (controller)", running["text"]),
+            ("masqueraded by the NPM", running["text"]),
+            ("masqueraded by the CPM", with_controller_nat(running["text"])),
         ):
             network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": text})
             alone = iperf(network, max(2, args.seconds - 3))

@@ -1,7 +1,8 @@
 """TCP connect time through the gateway in Mininet (h1 -> out1:80, each a new connection), with
-sessions made by the data plane (routed: the example policy without masquerade) and by the
-controller (masqueraded: the example policy), beside the round trip of a datagram on a flow whose
-session already exists (UDP echo, the same path through the NPM and an SPM).
+sessions made by the data plane (routed: the example policy without masquerade; masqueraded: the
+example policy) and by the controller (the example policy with `data_plane_ports: off`), beside the
+round trip of a datagram on a flow whose session already exists (UDP echo, the same path through
+the NPM and an SPM).
 
     sudo .venv/bin/python -m bench.bench_sessions [--connections 200]
 
@@ -19,7 +20,7 @@ import sys
 from typing import Any
 
 from opengate.target import repo_root, select_target
-from topo.model import load_topology, without_masquerade
+from topo.model import load_topology, with_controller_nat, without_masquerade
 from topo.net import GatewayNetwork
 
 OUT1 = "198.51.100.20"
@@ -103,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         path = str(spec.policy)
         policies = (
             ("routed", without_masquerade(running["text"]), "the data plane"),
-            ("masqueraded", running["text"], "the controller"),
+            ("masqueraded", running["text"], "the data plane"),
+            ("masqueraded, data_plane_ports off", with_controller_nat(running["text"]), "the CPM"),
         )
         for name, text, maker in policies:
             network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": text})

@@ -176,6 +176,15 @@ def _str_list(value: object) -> list[str]:
     return [str(v) for v in value]
 
 
+def with_controller_nat(policy_text: str) -> str:
+    """A policy's text with data-plane masquerading turned off (`nat.data_plane_ports: off`):
+    every masqueraded flow goes through the CPM, as before the NPM picked ports itself."""
+    off = re.sub(r"\n  data_plane_ports: [^\n]*\n", "\n  data_plane_ports: off\n", policy_text)
+    if off == policy_text:
+        raise ConfigError("the policy does not name nat.data_plane_ports")
+    return off
+
+
 def without_masquerade(policy_text: str) -> str:
     """A policy's text with its `nat: masquerade:` block removed: the inside hosts are routed,
     not translated (the benchmarks and tests of sessions made by the data plane use it)."""

@@ -251,3 +251,52 @@ def test_example_policy_meters_each_source_and_ages_data_plane_sessions() -> Non
     without = desired_base(policy, tag_base=0x100, weights={}, available=frozenset())
     assert not [e for e in without.entries.values() if e.table == pc.T_FLOW_AGEING]
     assert not [k for k in without.meters if k[0] == pc.M_CPU_SOURCE_METER]
+
+
+def test_example_policy_lets_the_npm_masquerade_and_limits_new_flows() -> None:
+    """Data-plane masquerading: snat_rule names the address and the NPM's block, nat_dp_reverse
+    lists the address; the CPM's range lies below the block. Every source gets its new-flow
+    meter cell (packets). A program without them (TNA) gets the CPM's masquerade instead."""
+    policy = load_policy(repo_root() / "controller" / "examples" / "gateway.yaml")
+    assert policy.nat.data_plane_ports == (49152, 65535)
+    assert policy.nat.ports == (20000, 49151)
+    base = desired_base(policy, tag_base=0x100, weights={})
+    snat = [e for e in base.entries.values() if e.table == pc.T_SNAT_RULE]
+    assert snat and all(e.action == pc.A_MASQUERADE_DP for e in snat)
+    assert {dict(e.params)["port_base"] for e in snat} == {49152}
+    reverse = [e for e in base.entries.values() if e.table == pc.T_NAT_DP_REVERSE]
+    assert [dict(e.match)["ipv4_addr"] for e in reverse] == [
+        Exact(int(ipaddress.IPv4Address("198.51.100.1")))
+    ]
+    cells = {k: c for k, c in base.meters.items() if k[0] == pc.M_NEW_FLOW_METER}
+    assert len(cells) == pc.METER_SIZES[pc.M_NEW_FLOW_METER]
+    assert {c.config for c in cells.values()} == {(1000, 2000, 1000, 2000)}
+    tna = desired_base(policy, tag_base=0x100, weights={}, available=frozenset({pc.T_SNAT_RULE}))
+    snat = [e for e in tna.entries.values() if e.table == pc.T_SNAT_RULE]
+    assert snat and all(e.action == pc.A_MASQUERADE for e in snat)
+    assert not [k for k in tna.meters if k[0] == pc.M_NEW_FLOW_METER]
+
+
+def test_cpm_ports_overlapping_the_npm_block_are_refused(lab: Path) -> None:
+    path, line = _broken(lab, "data_plane_ports: off", "data_plane_ports: 20005")
+    with pytest.raises(ConfigError) as caught:
+        load_policy(path)
+    assert caught.value.field == "nat.ports"
+    assert "overlaps the data plane's block 20005-36388" in caught.value.message
+
+
+def test_npm_block_must_fit_below_65536(lab: Path) -> None:
+    path, line = _broken(lab, "data_plane_ports: off", "data_plane_ports: 60000")
+    with pytest.raises(ConfigError) as caught:
+        load_policy(path)
+    assert (caught.value.field, caught.value.line) == ("nat.data_plane_ports", line)
+    assert "at most 49152" in caught.value.message
+
+
+def test_new_flow_rate_must_be_positive(lab: Path) -> None:
+    path, _ = _broken(
+        lab, "acl_to_cpu: drop", "acl_to_cpu: drop\n  new_flows_per_source: {rate: 0}"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_policy(path)
+    assert caught.value.field == "sessions.new_flows_per_source.rate"
