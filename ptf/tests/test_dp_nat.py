@@ -226,7 +226,9 @@ class FullCandidatesFallBackThenAgedPortIsReused(DataPlaneNatTest):
     def runTest(self) -> None:
         self.classify_everything()
         self.masquerade_in_data_plane()
-        self.set_ageing(6, idle=100, closing=10)  # about 100 ms
+        # About 0.4 s: long enough that the first two flows are still alive when the third
+        # comes, even on a loaded machine.
+        self.set_ageing(6, idle=400, closing=10)
         first = self.opened(refresh(tcp_packet(flags="S")))
         second = self.opened(refresh(tcp_packet(src=HOST_IN_ALT, dst=HOST_OUT_ALT, flags="S")))
         self.assertNotEqual(first, second)
@@ -236,7 +238,7 @@ class FullCandidatesFallBackThenAgedPortIsReused(DataPlaneNatTest):
         self.assertIsNotNone(packet_in, "no packet-in for the flow with no free port")
         testutils.verify_no_other_packets(self)
         self.assertEqual(self.events(pc.FLOW_EVENT_NAT_FULL), 1)
-        time.sleep(0.5)  # the condition under test is time itself: five idle periods pass
+        time.sleep(1.5)  # the condition under test is time itself: three idle periods pass
         again = self.opened(refresh(tcp_packet(src=HOST_IN_THIRD, dst=HOST_OUT_THIRD, flags="S")))
         self.assertIn(again, (first, second))
         self.wait_events(pc.FLOW_EVENT_RECLAIMED, 1)
@@ -251,7 +253,7 @@ class ExactEntriesKeepThePort(DataPlaneNatTest):
     def runTest(self) -> None:
         self.classify_everything()
         self.masquerade_in_data_plane()
-        self.set_ageing(6, idle=150, closing=10)  # about 150 ms
+        self.set_ageing(6, idle=600, closing=10)  # about 0.6 s
         port = self.opened(refresh(tcp_packet(flags="S")))
         forward = self.schema.encode_entry(
             self.session_entry(
@@ -279,7 +281,7 @@ class ExactEntriesKeepThePort(DataPlaneNatTest):
             )
         )
         self.client.insert([forward, back])
-        for n in range(6):  # 0.6 s, four idle periods, carried by the exact entries only
+        for n in range(10):  # 2.5 s, four idle periods, carried by the exact entries only
             if n % 2:
                 self.answered(answer_tcp(port, flags="A"), 40000)
             else:
@@ -287,7 +289,7 @@ class ExactEntriesKeepThePort(DataPlaneNatTest):
                 testutils.send_packet(self, INSIDE, bytes(data))
                 expected = routed(masqueraded(data, port), OUTSIDE, HOST_OUT_MAC)
                 testutils.verify_packet(self, expected, OUTSIDE)
-            time.sleep(0.1)
+            time.sleep(0.25)
         self.assertEqual(self.events(pc.FLOW_EVENT_HIT), 0)
         self.client.delete([forward, back])
         self.assert_dropped(OUTSIDE, bytes(answer_tcp(port, flags="A")), pc.DROP_NO_SESSION)

@@ -278,7 +278,7 @@ def test_example_policy_lets_the_npm_masquerade_and_limits_new_flows() -> None:
 
 
 def test_cpm_ports_overlapping_the_npm_block_are_refused(lab: Path) -> None:
-    path, line = _broken(lab, "data_plane_ports: off", "data_plane_ports: 20005")
+    path, _ = _broken(lab, "data_plane_ports: off", "data_plane_ports: 20005")
     with pytest.raises(ConfigError) as caught:
         load_policy(path)
     assert caught.value.field == "nat.ports"
