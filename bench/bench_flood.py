@@ -30,13 +30,14 @@ from topo.net import GatewayNetwork
 OUT1 = "198.51.100.20"
 
 # Run on h2: `rate` new UDP flows a second for `seconds` (raw UDP socket: one source port each,
-# the kernel adds the IP header); prints how many it sent.
+# the kernel adds the IP header; the first source port is the 4th argument, default 1024); prints
+# how many it sent.
 FLOODER = r"""
 import socket, struct, sys, time
 dst, rate, seconds = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
 payload = b"x" * 10
-sent, port = 0, 1024
+sent, port = 0, int(sys.argv[4]) if len(sys.argv) > 4 else 1024
 start = time.perf_counter()
 while True:
     now = time.perf_counter() - start
