@@ -23,11 +23,17 @@ def _timestamp(ts: float) -> str:
 
 
 class EveLog:
-    def __init__(self, path: str | Path, spm_name: str) -> None:
+    """Appends to the file at `path`; or, given `stream` (e.g. stdout, for `spm replay`), writes
+    there and leaves it open on `close` (`path` then only names it in messages)."""
+
+    def __init__(self, path: str | Path, spm_name: str, stream: IO[str] | None = None) -> None:
         self.path = Path(path)
         self.spm_name = spm_name
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
+        self._owned = stream is None
+        if stream is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            stream = self.path.open("a", encoding="utf-8")
+        self._file: IO[str] | None = stream
         self.written = 0
 
     def write(self, event_type: str, ts: float, **fields: Any) -> None:
@@ -85,8 +91,10 @@ class EveLog:
         if self._file is not None:
             try:
                 self._file.flush()
-                os.fsync(self._file.fileno())
+                if self._owned:
+                    os.fsync(self._file.fileno())
             except OSError:
                 pass
-            self._file.close()
+            if self._owned:
+                self._file.close()
             self._file = None

@@ -102,7 +102,7 @@ def decode(raw: bytes) -> Packet:
         return pkt
     if off < 0 or (pkt.fragment and not pkt.first_fragment):
         return pkt
-    _decode_l4(pkt, raw, off)
+    _decode_l4(pkt, pkt.raw, off)  # pkt.raw: without link-layer padding (Ethernet, in a pcap)
     return pkt
 
 

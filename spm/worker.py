@@ -75,12 +75,14 @@ class Worker:
         self.events: list[Alert | BypassRequest | str] = []  # str: a flow's cid that ended
         self.buffered = 0  # bytes in all flows' PDUs and HTTP bodies
         self._bypass_classes = frozenset(cfg.bypass.classes)
+        self.now = 0.0  # the time `process` was given for the packet at hand (alerts carry it)
         self._log = ContextLogger(LOG, f"spm {cfg.name} worker {index}")
 
     # --- entry point ----------------------------------------------------------------------------
 
     def process(self, raw: bytes, cid: str = "", now: float | None = None) -> Verdict:
         now = time.time() if now is None else now
+        self.now = now
         c = self.counters
         c.packets += 1
         c.bytes += len(raw)
@@ -422,7 +424,7 @@ class Worker:
                 flow.cid,
                 source,
                 priority,
-                time.time(),
+                self.now,
             )
         )
         self._log.info("flow %s: [%d:%d:%d] %s (%s)", flow.cid, gid, sid, rev, msg, action)

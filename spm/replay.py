@@ -1,0 +1,263 @@
+"""`opengate spm replay FILE`: the SPM's inspection run offline over a capture file, as Snort's
+`-r` and Suricata's pcap mode do. Alerts come out as the EVE records the daemon writes inline.
+
+One `Worker` takes every IPv4 packet of the file, in file order, with the packet's capture time
+as its clock (flow timeouts, alert timestamps): no dispatcher, no queue, no root. The link layer
+is stripped here: Ethernet (with at most one 802.1Q tag) or raw IP; other frames (ARP, IPv6, a
+stack of VLAN tags) are counted and skipped. With `engine="snort"`, Snort 3 reads the file
+itself (`snort -r`) with the same rules, and its alert_json lines become the same records.
+
+Not supported: the AV (off: an offline run has no clamd to ask), IPv6 (the worker could
+inspect it, but the replay's counts and the Snort comparison are IPv4 only), bypass (a flow a
+configuration would bypass inline stops being inspected here too, and no record says so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from opengate.errors import ConfigError
+from spm.config import SpmConfig, load_config
+from spm.eve import EveLog
+from spm.ips.loader import build_detector
+from spm.ips.snort import parse_alert_json, snort_env, snort_lua, snort_pcap_command
+from spm.pcap import CaptureReader, DamagedCapture, Frame
+from spm.pool import event_dict
+from spm.verdict import Alert
+from spm.worker import Worker
+
+LOG = logging.getLogger(__name__)
+
+ENGINES = ("builtin", "snort")
+LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_IPV4 = 1, 101, 228
+SNORT_FALLBACK = "/opt/snort/bin/snort"  # where a Snort built from source is often installed
+EXPIRE_EVERY = 1.0  # seconds of capture time between flow-timeout checks
+
+_ETH_IPV4, _ETH_VLAN, _ETH_QINQ = 0x0800, 0x8100, 0x88A8
+_ETHERTYPE_NAMES = {0x86DD: "ipv6", 0x0806: "arp", 0x8035: "rarp", 0x88CC: "lldp"}
+_LINKTYPE_NAMES = {
+    0: "NULL, BSD loopback",
+    12: "RAW on OpenBSD",
+    105: "IEEE802_11",
+    113: "LINUX_SLL",
+    127: "IEEE802_11_RADIOTAP",
+    229: "IPV6",
+    276: "LINUX_SLL2",
+}
+
+
+@dataclass(slots=True)
+class ReplayStats:
+    """What a replay read and found; `summary()` is the line `spm replay` prints."""
+
+    path: str
+    engine: str
+    format: str = ""  # "pcap" | "pcapng"
+    packets: int = 0  # frames read from the file
+    ipv4: int = 0  # frames that held an IPv4 packet
+    inspected: int = 0  # of those, the packets the engine inspected (built-in engine)
+    skipped: Counter[str] = field(default_factory=Counter)  # reason -> frames or packets
+    alerts: int = 0
+    flows: int | None = None
+    incomplete: str | None = None  # why the replay stopped before the end (damage, Snort)
+
+    def summary(self) -> str:
+        head = f"replay {self.path} ({self.format or '?'}, engine {self.engine}): "
+        head += f"{self.packets} packets read, "
+        skipped = sum(self.skipped.values())
+        reasons = ", ".join(f"{why} {n}" for why, n in sorted(self.skipped.items()))
+        reasons = f" ({reasons})" if reasons else ""
+        if self.engine == "snort":  # Snort reads the file: it also inspects what is not IPv4
+            head += f"{self.ipv4} IPv4 packets, {skipped} others{reasons}"
+        else:
+            head += f"{self.inspected} IPv4 packets inspected, {skipped} skipped{reasons}"
+        head += f", {self.alerts} alerts"
+        head += f", {self.flows} flows" if self.flows is not None else ", flows not counted"
+        return head
+
+
+def replay_config(
+    config: str | Path | None, rules: Sequence[str | Path], variables: Mapping[str, str]
+) -> SpmConfig:
+    """The configuration a replay runs with: `config`'s (or the defaults), plus `rules` and
+    `variables` (which win over the configuration's); one worker, the AV off. Rule paths are
+    made absolute (Snort resolves relative ones against its own directories)."""
+    base = load_config(config) if config is not None else SpmConfig("replay", "replay", (0,))
+    paths = tuple(str(Path(p).resolve()) for p in (*base.ips.rules, *rules))
+    ips = dataclasses.replace(
+        base.ips,
+        enabled=base.ips.enabled or bool(rules),
+        rules=paths,
+        variables={**base.ips.variables, **variables},
+    )
+    if base.av.enabled:
+        LOG.warning("replay: the AV is off (the configuration enables it)")
+    av = dataclasses.replace(base.av, enabled=False)
+    return dataclasses.replace(base, ips=ips, av=av, workers=1)
+
+
+def ipv4_packet(frame: Frame, path: str) -> bytes | str:
+    """The IPv4 packet a frame carries, or why there is none (a skip reason). An unsupported
+    link type raises ConfigError naming it."""
+    data = frame.data
+    if frame.linktype == LINKTYPE_ETHERNET:
+        if len(data) < 14:
+            return "short frame"
+        ethertype, at = int.from_bytes(data[12:14], "big"), 14
+        if ethertype == _ETH_VLAN:
+            if len(data) < 18:
+                return "short frame"
+            ethertype, at = int.from_bytes(data[16:18], "big"), 18
+            if ethertype in (_ETH_VLAN, _ETH_QINQ):
+                return "vlan stack"
+        elif ethertype == _ETH_QINQ:
+            return "vlan stack"
+        if ethertype != _ETH_IPV4:
+            return _ETHERTYPE_NAMES.get(ethertype, f"ethertype 0x{ethertype:04x}")
+        data = data[at:]
+    elif frame.linktype not in (LINKTYPE_RAW, LINKTYPE_IPV4):
+        name = _LINKTYPE_NAMES.get(frame.linktype)
+        raise ConfigError(
+            f"link type {frame.linktype}{f' ({name})' if name else ''} is not supported; "
+            f"replay reads Ethernet ({LINKTYPE_ETHERNET}) and raw IPv4 "
+            f"({LINKTYPE_RAW}, {LINKTYPE_IPV4})",
+            path=path,
+        )
+    version = data[0] >> 4 if data else 0
+    if version != 4:
+        return "ipv6" if version == 6 else "not ip"
+    return data
+
+
+def replay(
+    pcap: str | Path, cfg: SpmConfig, eve: EveLog, engine: str = "builtin", snort: str = ""
+) -> ReplayStats:
+    """Inspect `pcap` with `cfg`'s rules; alerts to `eve`. `snort`: the binary for
+    `engine="snort"`. Raises ConfigError for a file that is not a capture or has a link type
+    not supported; a damaged file is replayed up to the damage (`incomplete` says where)."""
+    if engine not in ENGINES:
+        raise ConfigError(f"unknown engine {engine!r} (one of {', '.join(ENGINES)})")
+    with CaptureReader(pcap) as reader:  # a missing file or another format: fail before the rules
+        return _replay(reader, cfg, eve, engine, snort)
+
+
+def _replay(
+    reader: CaptureReader, cfg: SpmConfig, eve: EveLog, engine: str, snort: str
+) -> ReplayStats:
+    rules = cfg.ips.rules if cfg.ips.enabled else ()
+    if not rules:
+        LOG.warning("replay: no rules (--rules or a configuration's ips.rules): nothing alerts")
+    for rule_file in rules:
+        if not Path(rule_file).is_file():
+            raise ConfigError("no such rules file", path=rule_file)
+    cfg = dataclasses.replace(cfg, ips=dataclasses.replace(cfg.ips, rules=rules))
+    if engine == "snort":
+        return _replay_snort(reader, cfg, eve, snort)
+    return _replay_builtin(reader, cfg, eve)
+
+
+def _read(
+    reader: CaptureReader,
+    stats: ReplayStats,
+    handle: Callable[[bytes, float], None] | None = None,
+) -> None:
+    """Read the file into `stats` (frames, IPv4 packets, skip reasons), giving each IPv4
+    packet and its capture time to `handle`."""
+    stats.format = reader.format
+    try:
+        for frame in reader:
+            stats.packets += 1
+            packet = ipv4_packet(frame, reader.path)
+            if isinstance(packet, str):
+                stats.skipped[packet] += 1
+                continue
+            stats.ipv4 += 1
+            if handle is not None:
+                handle(packet, frame.ts)
+    except DamagedCapture as exc:
+        stats.incomplete = str(exc)
+
+
+def _replay_builtin(reader: CaptureReader, cfg: SpmConfig, eve: EveLog) -> ReplayStats:
+    stats = ReplayStats(reader.path, "builtin")
+    worker = Worker(cfg, build_detector(cfg))
+    next_expiry: float | None = None
+
+    def handle(packet: bytes, ts: float) -> None:
+        nonlocal next_expiry
+        if next_expiry is None or ts >= next_expiry:
+            worker.expire(ts)  # flows idle for limits.flow_timeout of capture time end
+            next_expiry = ts + EXPIRE_EVERY
+        worker.process(packet, now=ts)
+        for event in worker.events:
+            if isinstance(event, Alert):
+                eve.alert(event_dict(event))
+                stats.alerts += 1
+        worker.events.clear()
+
+    _read(reader, stats, handle)
+    c = worker.counters
+    for error, n in c.decode_errors.items():
+        stats.skipped[f"undecodable ({error})"] += n
+    if c.fragments_uninspected:
+        stats.skipped["fragment"] += c.fragments_uninspected
+    stats.inspected = c.packets - sum(c.decode_errors.values()) - c.fragments_uninspected
+    stats.flows = worker.flows.counters.created
+    return stats
+
+
+def find_snort_binary(which: Callable[[str], str | None] = shutil.which) -> str | None:
+    """`snort` on PATH, else SNORT_FALLBACK if it is there."""
+    found = which("snort")
+    if found is not None:
+        return found
+    fallback = Path(SNORT_FALLBACK)
+    return str(fallback) if fallback.is_file() else None
+
+
+def _rollover_time(path: Path) -> int:
+    digits = path.suffix[1:]
+    return int(digits) if digits.isdigit() else 0
+
+
+def _replay_snort(reader: CaptureReader, cfg: SpmConfig, eve: EveLog, binary: str) -> ReplayStats:
+    stats = ReplayStats(reader.path, "snort")
+    _read(reader, stats)  # the same checks and counts; Snort reads the file itself
+    path = Path(reader.path)
+    with tempfile.TemporaryDirectory(prefix="opengate-replay-") as tmp:
+        log_dir = Path(tmp)
+        lua = log_dir / "snort.lua"
+        lua.write_text(snort_lua(cfg, log_dir))
+        argv = snort_pcap_command(binary, lua, log_dir, path.resolve())
+        LOG.info("replay: running %s", " ".join(argv))
+        try:
+            proc = subprocess.run(
+                argv, env=snort_env(binary), capture_output=True, text=True, check=False
+            )
+        except OSError as exc:
+            raise ConfigError(f"cannot run {binary}: {exc.strerror}") from None
+        # alert_json.txt, and the files it rolled over into (alert_json.txt.<seconds>) first
+        files = sorted(log_dir.glob("alert_json.txt.*"), key=_rollover_time)
+        for name in [*files, log_dir / "alert_json.txt"]:
+            if not name.exists():
+                continue
+            for line in name.read_text(encoding="utf-8", errors="replace").splitlines():
+                alert = parse_alert_json(line, capture_time=True)
+                if alert is None:
+                    continue
+                eve.alert({**alert, "source": "snort"})
+                stats.alerts += 1
+    if proc.returncode != 0 and stats.incomplete is None:
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        stats.incomplete = f"snort exited with status {proc.returncode}" + (
+            f": {lines[-1]}" if lines else ""
+        )
+    return stats
