@@ -1,7 +1,7 @@
 """The new-flow rate the gateway sustains with no session lost: sessions made by the NPM (routed,
 masqueraded) against sessions made by the CPM (masqueraded, `data_plane_ports: off`).
 
-    sudo .venv/bin/python -m bench.bench_newflows [--rates 500,1000,2000,4000] [--seconds 2]
+    sudo .venv/bin/python -m bench.bench_newflows [--rates 1000,2000,4000,8000] [--seconds 2]
 
 Needs root (Mininet). h2 opens `rate` new UDP flows a second (one 18-byte datagram each, a new
 source port each) to out1 for `--seconds`; out1 counts what arrives, the CPM's `installed`
@@ -109,7 +109,7 @@ def one_rate(network: GatewayNetwork, rate: int, seconds: int, port: int) -> dic
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rates", default="500,1000,2000,4000")
+    parser.add_argument("--rates", default="1000,2000,4000,8000")
     parser.add_argument("--seconds", type=int, default=2)
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
