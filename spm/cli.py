@@ -27,7 +27,7 @@ from spm.eve import EveLog
 from spm.ips.loader import build_detector, load_ruleset
 from spm.ips.snort import SnortDaemon, find_snort
 from spm.nft import Plan, Plumbing
-from spm.replay import ENGINES, SNORT_FALLBACK, find_snort_binary, replay, replay_config
+from spm.replay import ENGINES, find_snort_binary, replay, replay_config
 
 LOG = logging.getLogger(__name__)
 
@@ -88,8 +88,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--engine",
         choices=ENGINES,
         default="builtin",
-        help=f"builtin (default), or snort: Snort 3 reads the file (snort on PATH, or "
-        f"{SNORT_FALLBACK})",
+        help="builtin (default), or snort: Snort 3 reads the file (snort on PATH, else under "
+        "$SNORT_PREFIX or /opt/snort)",
     )
     rep.add_argument(
         "--eve",
@@ -161,8 +161,8 @@ def _replay(args: argparse.Namespace) -> int:
         snort = find_snort_binary() or ""
         if not snort:
             raise ConfigError(
-                f"--engine snort: snort (Snort 3) is not installed (not on PATH, no "
-                f"{SNORT_FALLBACK})"
+                "--engine snort: snort (Snort 3) is not installed (not on PATH, nor under "
+                "$SNORT_PREFIX or /opt/snort)"
             )
     if args.eve is None:
         eve = EveLog("<stdout>", cfg.name, stream=sys.stdout)

@@ -28,7 +28,13 @@ from opengate.errors import ConfigError
 from spm.config import SpmConfig, load_config
 from spm.eve import EveLog
 from spm.ips.loader import build_detector
-from spm.ips.snort import parse_alert_json, snort_env, snort_lua, snort_pcap_command
+from spm.ips.snort import (
+    parse_alert_json,
+    snort_binary,
+    snort_env,
+    snort_lua,
+    snort_pcap_command,
+)
 from spm.pcap import CaptureReader, DamagedCapture, Frame
 from spm.pool import event_dict
 from spm.verdict import Alert
@@ -38,7 +44,6 @@ LOG = logging.getLogger(__name__)
 
 ENGINES = ("builtin", "snort")
 LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_IPV4 = 1, 101, 228
-SNORT_FALLBACK = "/opt/snort/bin/snort"  # where a Snort built from source is often installed
 EXPIRE_EVERY = 1.0  # seconds of capture time between flow-timeout checks
 
 _ETH_IPV4, _ETH_VLAN, _ETH_QINQ = 0x0800, 0x8100, 0x88A8
@@ -214,13 +219,11 @@ def _replay_builtin(reader: CaptureReader, cfg: SpmConfig, eve: EveLog) -> Repla
     return stats
 
 
-def find_snort_binary(which: Callable[[str], str | None] = shutil.which) -> str | None:
-    """`snort` on PATH, else SNORT_FALLBACK if it is there."""
-    found = which("snort")
-    if found is not None:
-        return found
-    fallback = Path(SNORT_FALLBACK)
-    return str(fallback) if fallback.is_file() else None
+def find_snort_binary(
+    which: Callable[[str], str | None] = shutil.which, prefixes: Sequence[str] | None = None
+) -> str | None:
+    """`snort` on PATH, else under $SNORT_PREFIX or /opt/snort (`spm.ips.snort.snort_binary`)."""
+    return snort_binary(which, prefixes)
 
 
 def _rollover_time(path: Path) -> int:

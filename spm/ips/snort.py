@@ -27,7 +27,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +110,7 @@ def snort_command(binary: str, cfg: SpmConfig, lua: Path, log_dir: Path) -> list
     ]
     if cfg.queue.fail_open:
         argv += ["--daq-var", "fail_open"]
-    return argv
+    return argv + prefix_args(binary)
 
 
 def snort_pcap_command(binary: str, lua: Path, log_dir: Path, pcap: Path) -> list[str]:
@@ -122,6 +122,13 @@ def snort_pcap_command(binary: str, lua: Path, log_dir: Path, pcap: Path) -> lis
     not check them either)."""
     argv = [binary, "-c", str(lua), "-r", str(pcap), "-Q", "--daq", "dump"]
     argv += ["--daq-var", "output=none", "-l", str(log_dir), "-A", "alert_json", "-k", "none", "-q"]
+    return argv + prefix_args(binary)
+
+
+def prefix_args(binary: str) -> list[str]:
+    """Where a Snort installed under its own prefix (e.g. /opt/snort) finds what the generated
+    lua includes (`snort_defaults.lua`) and its DAQ modules."""
+    argv: list[str] = []
     prefix = Path(binary).resolve().parent.parent
     for etc in (prefix / "etc" / "snort", Path("/etc/snort")):
         if (etc / "snort_defaults.lua").exists():  # the lua's `include 'snort_defaults.lua'`
@@ -132,6 +139,26 @@ def snort_pcap_command(binary: str, lua: Path, log_dir: Path, pcap: Path) -> lis
             argv += ["--daq-dir", str(prefix / lib / "daq")]
             break
     return argv
+
+
+SNORT_PREFIXES = ("/opt/snort",)  # where a Snort built from source is looked for, after PATH
+
+
+def snort_binary(
+    which: Callable[[str], str | None] = shutil.which, prefixes: Sequence[str] | None = None
+) -> str | None:
+    """`snort` on PATH, else bin/snort under the prefixes (default: $SNORT_PREFIX, then
+    SNORT_PREFIXES)."""
+    found = which("snort")
+    if found is not None:
+        return found
+    if prefixes is None:
+        prefixes = [os.environ.get("SNORT_PREFIX", ""), *SNORT_PREFIXES]
+    for prefix in filter(None, prefixes):
+        candidate = Path(prefix) / "bin" / "snort"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
 
 
 def snort_env(binary: str) -> dict[str, str]:
@@ -188,12 +215,16 @@ def parse_alert_json(line: str, capture_time: bool = False) -> dict[str, Any] | 
         return None
 
 
-def find_snort(cfg: SpmConfig, which: Callable[[str], str | None] = shutil.which) -> str | None:
+def find_snort(
+    cfg: SpmConfig,
+    which: Callable[[str], str | None] = shutil.which,
+    prefixes: Sequence[str] | None = None,
+) -> str | None:
     """The snort binary to use, or None for the built-in engine."""
     engine = cfg.ips.engine
     if not cfg.ips.enabled or not cfg.ips.rules or engine == "builtin":
         return None
-    binary = which("snort")
+    binary = snort_binary(which, prefixes)
     if binary is None:
         if engine == "snort":
             raise ConfigError(
@@ -245,7 +276,7 @@ class SnortDaemon:
             self.plumbing.setup()
             argv = snort_command(self.binary, cfg, lua, self.run_dir)
             LOG.info("spm %s: running %s", cfg.name, " ".join(argv))
-            self.proc = subprocess.Popen(argv)
+            self.proc = subprocess.Popen(argv, env=snort_env(self.binary))
             if cpm is not None:
                 cpm.start()
             if eve is not None:

@@ -96,10 +96,10 @@ def test_engine_choice() -> None:
         return None
 
     assert find_snort(_cfg(), have) == "/usr/bin/snort"
-    assert find_snort(_cfg(), none) is None
+    assert find_snort(_cfg(), none, prefixes=()) is None
     assert find_snort(_cfg(ips=IpsConfig(rules=("/r",), engine="builtin")), have) is None
     with pytest.raises(ConfigError, match="no snort binary"):
-        find_snort(_cfg(ips=IpsConfig(rules=("/r",), engine="snort")), none)
+        find_snort(_cfg(ips=IpsConfig(rules=("/r",), engine="snort")), none, prefixes=())
     with pytest.raises(ConfigError, match="AV cannot run"):
         find_snort(
             _cfg(ips=IpsConfig(rules=("/r",), engine="snort"), av=AvConfig(enabled=True)), have
