@@ -92,6 +92,19 @@ def kernel_queue_depth(queue_num: int) -> int:
     return 0
 
 
+def bound_queues() -> set[int]:
+    """The NFQUEUE numbers a process listens on in this network namespace."""
+    out: set[int] = set()
+    try:
+        for line in Path("/proc/net/netfilter/nfnetlink_queue").read_text().splitlines():
+            cols = line.split()
+            if cols:
+                out.add(int(cols[0]))
+    except (OSError, ValueError):
+        pass
+    return out
+
+
 class SpmDaemon:
     def __init__(self, cfg: SpmConfig, detector: Detector | None = None) -> None:
         self.cfg = cfg

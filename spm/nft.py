@@ -113,9 +113,10 @@ class Plan:
     fail_open: bool
     backend: str  # auto | nft | xt
     bypass_timeout: int = 120  # idle seconds a bypassed flow stays in the kernel's pass set
+    queue_count: int = 1  # queues num .. num+count-1, flows spread by hash (Snort: one a thread)
 
     @classmethod
-    def from_config(cls, cfg: SpmConfig) -> Plan:
+    def from_config(cls, cfg: SpmConfig, queue_count: int = 1) -> Plan:
         return cls(
             cfg.name,
             cfg.interface,
@@ -124,7 +125,12 @@ class Plan:
             cfg.queue.fail_open,
             cfg.queue.backend,
             int(cfg.limits.flow_timeout),
+            queue_count,
         )
+
+    @property
+    def queues(self) -> range:
+        return range(self.queue_num, self.queue_num + self.queue_count)
 
     @property
     def table(self) -> str:
@@ -183,7 +189,7 @@ class Plan:
                 "  chain to_queue {",
                 "    type filter hook prerouting priority mangle; policy accept;",
                 f"    meta mark & 0x{MARK_MAGIC_MASK | FLAG_BYPASS:08x} == {m} "
-                f"counter queue num {self.queue_num}{bypass}",
+                f"counter queue num {self._nft_queues}{bypass}",
                 "  }",
             ]
         lines += [
@@ -206,9 +212,16 @@ class Plan:
         ]
         return "\n".join(lines) + "\n"
 
+    @property
+    def _nft_queues(self) -> str:
+        last = self.queues[-1]
+        return str(self.queue_num) if last == self.queue_num else f"{self.queue_num}-{last}"
+
     def xt_rules(self) -> list[list[str]]:
         """iptables arguments (without the binary) for the xt backend, in order."""
         target = ["-j", "NFQUEUE", "--queue-num", str(self.queue_num)]
+        if self.queue_count > 1:  # by a hash of the flow, so that a flow stays on its queue
+            target = ["-j", "NFQUEUE", "--queue-balance", f"{self.queue_num}:{self.queues[-1]}"]
         if self.fail_open:
             target.append("--queue-bypass")
         mark = f"0x{MARK_MAGIC:08x}/0x{MARK_MAGIC_MASK | FLAG_BYPASS:08x}"

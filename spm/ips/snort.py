@@ -35,7 +35,7 @@ from opengate.errors import ConfigError
 from spm.community_id import community_id_str
 from spm.config import SpmConfig
 from spm.cpm_client import CpmClient
-from spm.daemon import cpu_ticks, kernel_queue_depth, pss_bytes
+from spm.daemon import bound_queues, cpu_ticks, kernel_queue_depth, pss_bytes
 from spm.eve import EveLog
 from spm.nft import Plan, Plumbing
 
@@ -45,6 +45,7 @@ ALERT_FIELDS = (
     "timestamp seconds proto src_addr src_port dst_addr dst_port gid sid rev msg class priority "
     "action"
 )
+READY_TIMEOUT = 120.0  # seconds Snort may take to load its rules and bind its queues
 _PROTO_NUMBERS = {"TCP": 6, "UDP": 17, "ICMP": 1, "IP": 0}
 
 
@@ -63,10 +64,17 @@ def snort_lua(cfg: SpmConfig, log_dir: Path) -> str:
     lines += ["include 'snort_defaults.lua'"]
     lines += [f"default_variables.nets.{k} = {_lua_string(v)}" for k, v in sorted(nets.items())]
     lines += [f"default_variables.ports.{k} = {_lua_string(v)}" for k, v in sorted(ports.items())]
+    lines += ["classifications = default_classifications", "references = default_references"]
     lines += [
         "ips = {",
         "  mode = inline,",
         "  variables = default_variables,",
+        # an `alert` rule drops the flow inline when the SPM is told so (ips.alert_action)
+        *(
+            ["  action_map = { { replace = 'alert', with = 'block' } },"]
+            if cfg.ips.alert_action == "drop"
+            else []
+        ),
         "  rules = [[",
         *[f"    include {path}" for path in cfg.ips.rules],
         "  ]],",
@@ -83,7 +91,7 @@ def snort_lua(cfg: SpmConfig, log_dir: Path) -> str:
         "  { use = { type = 'wizard' } },",
         "}",
         f"alert_json = {{ file = true, limit = 100, fields = {_lua_string(ALERT_FIELDS)} }}",
-        f"-- alerts go to {log_dir}/alert_json.txt",
+        f"-- alerts go to {log_dir}/alert_json.txt (N_alert_json.txt per packet thread)",
     ]
     return "\n".join(lines) + "\n"
 
@@ -96,8 +104,8 @@ def snort_command(binary: str, cfg: SpmConfig, lua: Path, log_dir: Path) -> list
         "-Q",
         "--daq",
         "nfq",
-        "-i",
-        str(cfg.queue.num),
+        # one input (queue) per packet thread: Snort gives thread i the i-th -i
+        *[a for q in range(cfg.queue.num, cfg.queue.num + cfg.workers) for a in ("-i", str(q))],
         "--daq-var",
         f"queue_maxlen={cfg.queue.length}",
         "-z",
@@ -253,7 +261,9 @@ class SnortDaemon:
         self.cfg = cfg
         self.binary = binary
         self.run_dir = run_dir or Path("/run/opengate") / f"snort-{cfg.name}"
-        self.plumbing = Plumbing(Plan.from_config(cfg))
+        # One queue per Snort packet thread (a thread cannot share a queue), flows spread
+        # over them by the kernel's hash.
+        self.plumbing = Plumbing(Plan.from_config(cfg, queue_count=cfg.workers))
         self.proc: subprocess.Popen[bytes] | None = None
         self._stop = threading.Event()
         self.alerts = 0
@@ -266,8 +276,8 @@ class SnortDaemon:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         lua = self.run_dir / "snort.lua"
         lua.write_text(snort_lua(cfg, self.run_dir))
-        alerts_path = self.run_dir / "alert_json.txt"
-        alerts_path.unlink(missing_ok=True)
+        for old in self.run_dir.glob("*alert_json.txt*"):  # a previous run's
+            old.unlink()
         signal.signal(signal.SIGTERM, lambda *_: self.stop())
         signal.signal(signal.SIGINT, lambda *_: self.stop())
         cpm = CpmClient(cfg.cpm_url, cfg.token, cfg.name) if cfg.cpm_url and cfg.token else None
@@ -277,11 +287,13 @@ class SnortDaemon:
             argv = snort_command(self.binary, cfg, lua, self.run_dir)
             LOG.info("spm %s: running %s", cfg.name, " ".join(argv))
             self.proc = subprocess.Popen(argv, env=snort_env(self.binary))
+            if not self._wait_ready():
+                return 1
             if cpm is not None:
                 cpm.start()
             if eve is not None:
                 eve.write("spm", time.time(), spm_event="start", engine="snort")
-            self._loop(alerts_path, cpm, eve)
+            self._loop(cpm, eve)
             code = self.proc.poll()
             return 0 if code is None or self._stop.is_set() else 1
         finally:
@@ -299,16 +311,43 @@ class SnortDaemon:
                 eve.write("spm", time.time(), spm_event="stop")
                 eve.close()
 
-    def _loop(self, alerts_path: Path, cpm: CpmClient | None, eve: EveLog | None) -> None:
+    def _wait_ready(self, timeout: float = READY_TIMEOUT) -> bool:
+        """Until Snort listens on every queue (it loads its rules first); packets queued before
+        would be dropped, or pass uninspected with fail-open."""
         assert self.proc is not None
-        offset = 0
+        wanted = set(self.plumbing.plan.queues)
+        deadline = time.monotonic() + timeout
+        while not wanted <= bound_queues():
+            if self.proc.poll() is not None:
+                LOG.error(
+                    "spm %s: snort exited with %s before it was ready",
+                    self.cfg.name,
+                    self.proc.returncode,
+                )
+                return False
+            if time.monotonic() > deadline or self._stop.wait(0.1):
+                LOG.error(
+                    "spm %s: snort did not bind queues %s within %gs",
+                    self.cfg.name,
+                    sorted(wanted),
+                    timeout,
+                )
+                return False
+        LOG.info("spm %s: snort is ready on queues %s", self.cfg.name, sorted(wanted))
+        return True
+
+    def _loop(self, cpm: CpmClient | None, eve: EveLog | None) -> None:
+        assert self.proc is not None
+        # One alert file per packet thread (N_alert_json.txt; alert_json.txt with one thread).
+        offsets: dict[Path, int] = {}
         last_ticks = 0
         last = time.monotonic()
         while not self._stop.wait(0.2):
             if self.proc.poll() is not None:
                 LOG.error("spm %s: snort exited with %s", self.cfg.name, self.proc.returncode)
                 return
-            offset = self._follow(alerts_path, offset, cpm, eve)
+            for path in sorted(self.run_dir.glob("*alert_json.txt")):
+                offsets[path] = self._follow(path, offsets.get(path, 0), cpm, eve)
             now = time.monotonic()
             if now - last >= 1.0:
                 ticks = cpu_ticks(self.proc.pid)

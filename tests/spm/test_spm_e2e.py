@@ -4,6 +4,7 @@ checks what comes back; a fake CPM (a small HTTP server) takes the SPM's reports
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -161,10 +162,18 @@ class TcpFlow:
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory, clamd_socket: str) -> Iterator[Rig]:
+    av = f"av: {{enabled: yes, clamd_socket: {clamd_socket}, on_clamd_down: drop}}\n"
+    with spm_rig(tmp_path_factory.mktemp("spm-e2e"), ips_extra="", av=av) as r:
+        yield r
+
+
+@contextlib.contextmanager
+def spm_rig(tmp: Path, ips_extra: str, av: str) -> Iterator[Rig]:
+    """`python -m spm run` in its namespace, a fake NPM and a fake CPM around it. `ips_extra`:
+    more keys of the `ips` mapping (e.g. `engine: snort, `); `av`: the `av` line."""
     skip_unless_root("the SPM end-to-end test")
     skip_unless_tool("nft", "the SPM installs nftables rules")
     skip_unless_tool("iptables-nft", "the SPM's xt queue backend (kernels without nft_queue)")
-    tmp = tmp_path_factory.mktemp("spm-e2e")
     pid = os.getpid() % 100000
     npm_if, spm_if, mgmt_root, mgmt_spm = f"ogn{pid}", f"ogs{pid}", f"ogm{pid}", f"ogc{pid}"
     mgmt_net = f"10.{231 + pid % 20}.{pid % 250}"
@@ -238,13 +247,13 @@ def rig(tmp_path_factory: pytest.TempPathFactory, clamd_socket: str) -> Iterator
             threading.Thread(target=server.serve_forever, daemon=True).start()
             rules = tmp / "e2e.rules"
             rules.write_text(IPS_RULE + "\n")
-            ips = f"ips: {{rules: [{rules}], alert_action: drop}}\n"
+            ips = f"ips: {{{ips_extra}rules: [{rules}], alert_action: drop}}\n"
             config = tmp / "spm.yaml"
             config.write_text(
                 f"name: e2e{pid}\ninterface: {spm_if}\ntags: [{TAGS[0]}, {TAGS[1]}]\n"
                 "queue: {num: 3, length: 1024, fail_open: no}\nworkers: 2\ndispatch: jsq\n"
                 + ips
-                + f"av: {{enabled: yes, clamd_socket: {clamd_socket}, on_clamd_down: drop}}\n"
+                + av
                 + "bypass: {classes: [tls], after_bytes: 3000}\n"
                 f"cpm_url: http://{mgmt_net}.1:{server.server_address[1]}\ntoken: {TOKEN}\n"
                 f"eve_log: {tmp / 'eve.json'}\n"
@@ -292,6 +301,11 @@ def _eicar() -> bytes:
 
 
 def test_clean_http_comes_back_to_its_tag(rig: Rig) -> None:
+    check_clean_http_comes_back(rig)
+
+
+def check_clean_http_comes_back(rig: Rig) -> None:
+    """Clean HTTP both ways on each tag: every packet comes back to its tag, forwarded."""
     for tag in TAGS:
         flow = rig.conversation()
         body = b"hello, clean world\n" * 200
@@ -352,6 +366,12 @@ def test_eicar_download_is_dropped_from_its_last_packet_and_alerted(rig: Rig) ->
 
 
 def test_community_rule_match_is_dropped_and_alerted(rig: Rig) -> None:
+    check_rule_match_dropped_and_alerted(rig)
+
+
+def check_rule_match_dropped_and_alerted(rig: Rig) -> None:
+    """A request that fires the community rule (alert_action drop): the alert reaches the EVE
+    log and the CPM, the request does not come back, the handshake did."""
     flow = rig.conversation()
     hs = rig.send(TAGS[1], flow.handshake())
     req = rig.send(

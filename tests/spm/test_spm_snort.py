@@ -123,14 +123,24 @@ FAKE_ALERT = json.dumps(
         "action": "would_drop",
     }
 )
-FAKE_SNORT = f"""#!/bin/sh
-# stands in for snort: writes one alert where -l says, then waits to be stopped
-while [ $# -gt 0 ]; do
-  if [ "$1" = "-l" ]; then dir="$2"; fi
-  shift
-done
-printf '%s\\n' '{FAKE_ALERT}' >> "$dir/alert_json.txt"
-exec sleep 600
+# Stands in for snort: binds the queues its -i options name (as Snort's packet threads do, which
+# is how the adapter knows it is ready), writes one alert where -l says, then accepts packets
+# until it is stopped.
+FAKE_SNORT = f"""#!{sys.executable}
+import sys, threading
+from netfilterqueue import NetfilterQueue
+argv = sys.argv[1:]
+queues = [int(argv[i + 1]) for i, a in enumerate(argv) if a == "-i"]
+log_dir = argv[argv.index("-l") + 1]
+bound = []
+for number in queues:
+    q = NetfilterQueue()
+    q.bind(number, lambda pkt: pkt.accept())
+    bound.append(q)
+    threading.Thread(target=q.run, daemon=True).start()
+with open(log_dir + "/alert_json.txt", "a") as out:
+    out.write({FAKE_ALERT!r} + "\\n")
+threading.Event().wait()
 """
 
 
