@@ -33,7 +33,8 @@ from pathlib import Path
 from controller.hsm.compile import TableOverflow, compile_hsm, measure_hsm
 from controller.hsm.naive import compile_naive
 from controller.hsm.rules import parse_classbench
-from controller.hsm.snort_header import SnortVariables, load_ids_file
+from controller.hsm.snort_header import load_ids_file
+from opengate.snort.header import SnortVariables
 from opengate.target import shared_data_dir
 
 SETS = ("acl1_1k", "fw1_1k", "ipc1_1k", "acl1_10k", "fw1_10k", "ipc1_10k")

@@ -42,10 +42,10 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 
 from controller.hsm.compile import compile_hsm
-from controller.hsm.fields import Prefix
 from controller.hsm.rules import AclRule, parse_classbench
 from opengate import p4constants as pc
 from opengate.entries import Exact, Lpm, MatchValue, TableEntry
+from opengate.fields import Prefix
 from opengate.netutil import require_root, veth_pairs
 from opengate.p4info import P4Schema
 from opengate.p4rt import P4RuntimeClient

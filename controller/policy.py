@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from controller.hsm.fields import ANY_PORT, PortRange, Prefix, ProtoMatch
 from controller.hsm.rules import (
     PROTOCOL_NUMBERS,
     AclAction,
@@ -29,10 +28,12 @@ from controller.hsm.rules import (
     Origin,
     parse_classbench,
 )
-from controller.hsm.snort_header import ClassMap, IdsHeaders, SnortVariables, load_ids_file
+from controller.hsm.snort_header import ClassMap, IdsHeaders, load_ids_file
 from opengate import p4constants as pc
 from opengate import yamlconf
 from opengate.errors import ConfigError
+from opengate.fields import ANY_PORT, PortRange, Prefix, ProtoMatch
+from opengate.snort.header import SnortVariables
 from opengate.yamlconf import (
     LineDict,
     Reader,

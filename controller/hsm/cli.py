@@ -25,21 +25,15 @@ from tqdm import tqdm
 
 from controller.hsm import schema
 from controller.hsm.compile import CompiledTables, Profile, Progress, TableOverflow
-from controller.hsm.fields import Packet
 from controller.hsm.linear import LinearClassifier
 from controller.hsm.lookup import TableState, Walker
 from controller.hsm.rules import AclRule, IdsRule, parse_classbench
-from controller.hsm.snort_header import (
-    ClassMap,
-    HeaderNote,
-    SnortVariables,
-    load_class_map,
-    load_ids_file,
-    parse_assignment,
-)
+from controller.hsm.snort_header import ClassMap, HeaderNote, load_class_map, load_ids_file
 from controller.hsm.tables import compile_tables
 from opengate.entries import Exact, Lpm, MatchValue, Range, TableEntry, Ternary
 from opengate.errors import ConfigError
+from opengate.fields import Packet
+from opengate.snort.header import SnortVariables, parse_assignment
 
 LOG = logging.getLogger(__name__)
 

@@ -46,7 +46,10 @@ from dataclasses import dataclass, field
 
 from controller.hsm import schema
 from controller.hsm.bits import iter_bits, lowest_bit, truncate
-from controller.hsm.fields import (
+from controller.hsm.rules import AclRule, IdsRule
+from controller.hsm.stats import CompileStats, table_stats
+from opengate.entries import Exact, Lpm, MatchValue, Range, TableEntry, Ternary
+from opengate.fields import (
     PORT_MAX,
     PROTO_MAX,
     PortRange,
@@ -58,9 +61,6 @@ from controller.hsm.fields import (
     normalize_ranges,
     prefix_mask,
 )
-from controller.hsm.rules import AclRule, IdsRule
-from controller.hsm.stats import CompileStats, table_stats
-from opengate.entries import Exact, Lpm, MatchValue, Range, TableEntry, Ternary
 
 LOG = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controller.hsm.fields import Packet
 from controller.hsm.rules import AclRule, IdsRule
+from opengate.fields import Packet
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,9 +17,9 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 
 from controller.hsm import schema
-from controller.hsm.fields import PORT_MAX, PROTO_MAX, Packet
 from controller.hsm.linear import Classification
 from opengate.entries import Exact, Lpm, MatchValue, Range, TableEntry, Ternary
+from opengate.fields import PORT_MAX, PROTO_MAX, Packet
 
 LOG = logging.getLogger(__name__)
 

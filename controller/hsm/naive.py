@@ -20,10 +20,10 @@ from controller.hsm.compile import (
     acl_terms,
     ids_terms,
 )
-from controller.hsm.fields import PROTO_MAX, Prefix, prefix_mask
 from controller.hsm.rules import AclRule, IdsRule
 from controller.hsm.stats import CompileStats, table_stats
 from opengate.entries import MatchValue, Range, TableEntry, Ternary
+from opengate.fields import PROTO_MAX, Prefix, prefix_mask
 
 
 def _ternary(prefix: Prefix) -> Ternary:

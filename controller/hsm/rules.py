@@ -14,7 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.hsm.fields import (
+from opengate.errors import ConfigError
+from opengate.fields import (
     ANY_ADDR,
     ANY_PORT,
     ANY_PROTO,
@@ -25,7 +26,6 @@ from controller.hsm.fields import (
     ProtoMatch,
     parse_prefix,
 )
-from opengate.errors import ConfigError
 
 LOG = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Rule headers (addresses, ports, direction) as the built-in engine evaluates them per packet.
 
-The semantics are the project's one implementation, `controller.hsm.snort_header` (shared with
+The semantics are the project's one implementation, `opengate.snort.header` (shared with
 the HSM compiler, so the NPM's classification and the SPM's IPS agree): variables with Snort 3's
 defaults, lists, negation, CIDR, port ranges, `->` and `<>`; `ip` and `icmp` rules ignore ports.
 This module only turns its interval sets into per-packet membership tests.
@@ -16,9 +16,9 @@ import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from controller.hsm.fields import ANY_ADDR, Intervals
-from controller.hsm.snort_header import SnortVariables, addresses, ports
 from opengate.errors import ConfigError
+from opengate.fields import ANY_ADDR, Intervals
+from opengate.snort.header import SnortVariables, addresses, ports
 from spm.ips.options import UnsupportedOptionError
 
 _FULL_PORTS: Intervals = ((0, 0xFFFF),)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import strategies as st
 
-from controller.hsm.fields import PORT_MAX, Packet, PortRange, Prefix, ProtoMatch
 from controller.hsm.rules import AclAction, AclRule, IdsRule
+from opengate.fields import PORT_MAX, Packet, PortRange, Prefix, ProtoMatch
 
 CLASSBENCH_SETS = ("acl1_1k", "fw1_1k", "ipc1_1k", "acl1_10k", "fw1_10k", "ipc1_10k")
 

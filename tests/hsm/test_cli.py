@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.hsm.fields import Packet
 from opengate.cli import main
+from opengate.fields import Packet
 
 from .conftest import edge_packets, rule_packets
 

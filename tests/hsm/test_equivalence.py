@@ -16,12 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.hsm.compile import compile_hsm
-from controller.hsm.fields import Packet
 from controller.hsm.linear import LinearClassifier
 from controller.hsm.lookup import TableState, Walker
 from controller.hsm.naive import compile_naive
 from controller.hsm.rules import AclRule, IdsRule, parse_classbench
-from controller.hsm.snort_header import SnortVariables, load_ids_file
+from controller.hsm.snort_header import load_ids_file
+from opengate.fields import Packet
+from opengate.snort.header import SnortVariables
 
 from .conftest import acl_rules, edge_packets, ids_rule_lists, rule_packets
 

@@ -9,11 +9,11 @@ import pytest
 
 from controller.hsm import schema
 from controller.hsm.compile import Profile, Size, TableOverflow, compile_hsm, ids_terms, measure_hsm
-from controller.hsm.fields import PortRange, ProtoMatch
 from controller.hsm.linear import LinearClassifier
 from controller.hsm.lookup import TableState, Walker
 from controller.hsm.rules import IdsRule, parse_classbench
 from controller.hsm.tables import compile_tables
+from opengate.fields import PortRange, ProtoMatch
 
 from .conftest import rule_packets
 

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.hsm.fields import (
+from controller.hsm.rules import AclAction, acl_rule_from_policy, parse_classbench
+from opengate.errors import ConfigError
+from opengate.fields import (
     ANY_ADDR,
     ANY_PORT,
     ANY_PROTO,
@@ -18,8 +20,6 @@ from controller.hsm.fields import (
     parse_prefix,
     prefixes_to_intervals,
 )
-from controller.hsm.rules import AclAction, acl_rule_from_policy, parse_classbench
-from opengate.errors import ConfigError
 
 from .conftest import CLASSBENCH_SETS
 

@@ -6,17 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from controller.hsm.fields import ANY_ADDR, ANY_PORT, Packet, PortRange, ProtoMatch, parse_prefix
-from controller.hsm.snort_header import (
-    ClassMap,
-    SnortVariables,
-    addresses,
-    ids_rules_from_raw,
-    load_class_map,
-    load_ids_file,
-    ports,
-)
+from controller.hsm.snort_header import ClassMap, ids_rules_from_raw, load_class_map, load_ids_file
 from opengate.errors import ConfigError
+from opengate.fields import ANY_ADDR, ANY_PORT, Packet, PortRange, ProtoMatch, parse_prefix
+from opengate.snort.header import SnortVariables, addresses, ports
 from opengate.snort.rules import parse_rule, parse_rules_text
 
 VARS = (

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from controller.hsm import schema
 from controller.hsm.compile import compile_hsm
-from controller.hsm.fields import Packet, PortRange
 from controller.hsm.linear import Classification, LinearClassifier
 from controller.hsm.lookup import Op, TableState, Walker
 from controller.hsm.rules import AclAction, AclRule, IdsRule, parse_classbench
 from controller.hsm.update import ClassifierBanks, UpdatePlan, entry_version, plan_update
+from opengate.fields import Packet, PortRange
 
 from .conftest import acl_rules, edge_packets, ids_rule_lists, rule_packets
 
