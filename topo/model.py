@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ class SpmSpec:
     shared_rules: tuple[str, ...] = ()
     home_net: str = "any"
     workers: int = 1
+    engine: str = "auto"  # the SPMs' IPS: auto (Snort 3 where installed) | builtin | snort
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,10 +166,23 @@ def load_topology(path: str | Path, root: Path | None = None) -> TopologySpec:
             shared_rules=tuple(item.get("shared_rules", _str_list, required=False) or []),
             home_net=item.get("home_net", as_str, default="any"),
             workers=item.get("workers", as_int, default=1),
+            engine=item.get("engine", one_of(*SPM_ENGINES), default="auto"),
         )
         item.reject_unknown()
     top.reject_unknown()
     return TopologySpec(name, path, policy, tuple(npms), tuple(lans), tuple(hosts), spm)
+
+
+SPM_ENGINES = ("auto", "builtin", "snort")
+ENGINE_ENV = "OPENGATE_SPM_ENGINE"  # overrides the topology's spm.engine (tests run both)
+
+
+def spm_engine(spec: SpmSpec) -> str:
+    """The engine the SPMs run: $OPENGATE_SPM_ENGINE if set, else the topology's."""
+    chosen = os.environ.get(ENGINE_ENV, "") or spec.engine
+    if chosen not in SPM_ENGINES:
+        raise ConfigError(f"{ENGINE_ENV}={chosen!r}: expected one of {', '.join(SPM_ENGINES)}")
+    return chosen
 
 
 def _str_list(value: object) -> list[str]:

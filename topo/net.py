@@ -29,7 +29,7 @@ from opengate.netutil import free_tcp_port, stop_process, wait_for_port
 from opengate.p4info import P4Schema
 from opengate.p4rt import P4RuntimeClient
 from opengate.target import TargetChoice, p4_build_dir, repo_root, select_target, shared_data_dir
-from topo.model import TopologySpec
+from topo.model import TopologySpec, spm_engine
 from topo.nodes import LanBridge, NetnsHost, P4Npm
 
 LOG = logging.getLogger(__name__)
@@ -306,6 +306,7 @@ class GatewayNetwork:
             "workers": self.spec.spm.workers,
             "dispatch": "jsq",
             "ips": {
+                "engine": spm_engine(self.spec.spm),
                 "rules": rules,
                 "variables": {"HOME_NET": self.spec.spm.home_net, "EXTERNAL_NET": "!$HOME_NET"},
                 "alert_action": "drop",
