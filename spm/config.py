@@ -15,7 +15,7 @@ Example (every key but `name`, `interface` and `tags` has a default)::
       variables: {HOME_NET: "10.0.0.0/8", EXTERNAL_NET: "!$HOME_NET"}
       alert_action: alert         # what a matching `alert` rule does inline: alert | drop
     av:
-      enabled: yes
+      enabled: yes                # with Snort inspecting, the AV runs after it (a second queue)
       clamd_socket: /run/clamav/clamd.ctl
       max_scan_size: 10485760
       timeout: 5.0

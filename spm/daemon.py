@@ -13,6 +13,10 @@ stops reading the queue while the workers have `queue.length` packets outstandin
 queue then fills, and fail-open decides). A worker that dies is restarted; the packets it held
 are accepted (fail-open) or dropped.
 
+Beside Snort (`queue_num` given: the AV after Snort, see `spm.ips.snort`), the daemon reads that
+queue, which the Snort adapter's plumbing feeds, and installs no plumbing; the start and stop
+records and the load reports are the adapter's; alerts go to the CPM and the EVE log as here.
+
 Every second: a load report to the CPM (`cpu`: percent of the host's CPU capacity used by the
 dispatcher and its workers; `queue_depth`: packets waiting in the kernel queue and at the
 workers; `mem_bytes`: their total PSS); alerts and bypass requests go to the CPM as they come,
@@ -106,9 +110,19 @@ def bound_queues() -> set[int]:
 
 
 class SpmDaemon:
-    def __init__(self, cfg: SpmConfig, detector: Detector | None = None) -> None:
+    """The built-in engine's daemon. Alone (`queue_num` None) it owns the plumbing and reads
+    `queue.num`; given `queue_num`, it reads that queue, which another daemon plumbs and reports
+    for (the Snort adapter, whose AV this then is)."""
+
+    def __init__(
+        self, cfg: SpmConfig, detector: Detector | None = None, queue_num: int | None = None
+    ) -> None:
         self.cfg = cfg
         self.detector = detector
+        self.embedded = queue_num is not None
+        self.queue_num = cfg.queue.num if queue_num is None else queue_num
+        # Embedded, another daemon owns the plumbing (and removes it).
+        self.plumbing = None if self.embedded else Plumbing(Plan.from_config(cfg))
         self.counters = DaemonCounters()
         self.dispatcher = FlowDispatcher(
             cfg.workers,
@@ -120,7 +134,6 @@ class SpmDaemon:
         self.max_outstanding = max(64, cfg.queue.length)
         self.pool: WorkerPool | None = None
         self.nfq: NfQueue | None = None
-        self.plumbing = Plumbing(Plan.from_config(cfg))
         self.cpm: CpmClient | None = None
         self.eve: EveLog | None = None
         self._sel = selectors.DefaultSelector()
@@ -144,18 +157,19 @@ class SpmDaemon:
         self._install_signals()
         try:
             self.pool = WorkerPool(cfg.workers, self.make_worker)
-            self.nfq = NfQueue(cfg.queue.num, cfg.queue.length, cfg.queue.fail_open)
-            backend = self.plumbing.setup()
+            self.nfq = NfQueue(self.queue_num, cfg.queue.length, cfg.queue.fail_open)
+            backend = self.plumbing.setup() if self.plumbing is not None else ""
             if cfg.eve_log:
                 self.eve = EveLog(cfg.eve_log, cfg.name)
-                self.eve.write(
-                    "spm",
-                    time.time(),
-                    spm_event="start",
-                    backend=backend,
-                    workers=cfg.workers,
-                    dispatch=cfg.dispatch,
-                )
+                if not self.embedded:
+                    self.eve.write(
+                        "spm",
+                        time.time(),
+                        spm_event="start",
+                        backend=backend,
+                        workers=cfg.workers,
+                        dispatch=cfg.dispatch,
+                    )
             if cfg.cpm_url and cfg.token:
                 self.cpm = CpmClient(cfg.cpm_url, cfg.token, cfg.name)
                 self.cpm.start()
@@ -165,7 +179,7 @@ class SpmDaemon:
                 self._sel.register(h.sock, selectors.EVENT_READ, h)
             self._log.info(
                 "inspecting queue %d with %d workers (%s)",
-                cfg.queue.num,
+                self.queue_num,
                 cfg.workers,
                 cfg.dispatch,
             )
@@ -200,13 +214,15 @@ class SpmDaemon:
         if self.pool is not None:
             self.pool.stop()
         try:
-            self.plumbing.teardown()
+            if self.plumbing is not None:
+                self.plumbing.teardown()
         except Exception:  # teardown must not hide the original error
             self._log.exception("removing the plumbing failed")
         if self.cpm is not None:
             self.cpm.stop()
         if self.eve is not None:
-            self.eve.write("spm", time.time(), spm_event="stop")
+            if not self.embedded:
+                self.eve.write("spm", time.time(), spm_event="stop")
             self.eve.close()
         self._log.info("stopped")
 
@@ -363,7 +379,7 @@ class SpmDaemon:
         report = {
             "ts": time.time(),
             "cpu": round(cpu, 1),
-            "queue_depth": len(self.pending) + kernel_queue_depth(self.cfg.queue.num),
+            "queue_depth": len(self.pending) + kernel_queue_depth(self.queue_num),
             "pps": round((c.packets - self._last_packets) / interval, 1),
             "bps": round(8 * (c.bytes - self._last_bytes) / interval, 1),
             "mem_bytes": sum(pss_bytes(p) for p in pids),
@@ -377,7 +393,7 @@ class SpmDaemon:
         report = self.load_report()
         self._last_tick = time.monotonic()
         self.dispatcher.expire(time.time())
-        if self.cpm is not None:
+        if self.cpm is not None and not self.embedded:  # embedded: the owner reports the load
             self.cpm.report_load(report)
         if self.eve is not None and time.monotonic() >= self._next_eve_stats:
             self._next_eve_stats = time.monotonic() + EVE_STATS_INTERVAL

@@ -1,12 +1,15 @@
 """An EVE-style JSON log (one JSON object per line, as Suricata writes), on disk.
 
 Event types: `alert` (IPS rule or AV signature), `bypass` (a flow offloaded), `stats` (the
-SPM's counters, every `stats_interval` seconds), `spm` (start and stop). Written by the
-dispatcher process only, so lines never interleave.
+SPM's counters, every `stats_interval` seconds), `spm` (start and stop). On disk, each record is
+one write(2) of a whole line to a descriptor opened with O_APPEND, so that two processes can share
+the file without interleaving lines (with Snort, the adapter writes Snort's alerts and the AV
+beside it its own).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
@@ -29,21 +32,28 @@ class EveLog:
     def __init__(self, path: str | Path, spm_name: str, stream: IO[str] | None = None) -> None:
         self.path = Path(path)
         self.spm_name = spm_name
-        self._owned = stream is None
+        self._fd: int | None = None
         if stream is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            stream = self.path.open("a", encoding="utf-8")
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._file: IO[str] | None = stream
         self.written = 0
 
     def write(self, event_type: str, ts: float, **fields: Any) -> None:
-        if self._file is None:
+        if self._file is None and self._fd is None:
             return
         record = {"timestamp": _timestamp(ts), "event_type": event_type, "spm": self.spm_name}
         record.update(fields)
+        line = json.dumps(record, separators=(",", ":")) + "\n"
         try:
-            self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
-            self._file.flush()
+            if self._fd is not None:
+                data = line.encode("utf-8")
+                done = os.write(self._fd, data)  # O_APPEND: the whole line lands at the end
+                while done < len(data):  # only when the disk is full, or on a signal
+                    done += os.write(self._fd, data[done:])
+            elif self._file is not None:
+                self._file.write(line)
+                self._file.flush()
             self.written += 1
         except OSError as exc:
             LOG.error("eve log %s: write failed (%s); EVE logging stops", self.path, exc)
@@ -88,13 +98,12 @@ class EveLog:
         )
 
     def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
         if self._file is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self._file.flush()
-                if self._owned:
-                    os.fsync(self._file.fileno())
-            except OSError:
-                pass
-            if self._owned:
-                self._file.close()
-            self._file = None
+            self._file = None  # a stream given to us stays open

@@ -22,6 +22,13 @@ The queue rule is an nftables `queue` statement when the kernel has it (nft_queu
 xtables NFQUEUE target in the mangle table through iptables-nft ("backend xt"); some kernels
 (this project's CI included) ship without nft_queue.
 
+With an AV queue (`av_queue`: Snort inspects at prerouting, the built-in AV after it), the packets
+Snort accepts go on to the forward hook, where a second queue rule (priority mangle; nft `queue`,
+or an iptables-nft chain jumped from the mangle FORWARD chain) sends the marked ones to NFQUEUE
+`av_queue`; a chain after it (priority mangle + 10) adds a flow the AV blocks to the blocked sets
+and drops the packet. Bypass flags are not saved there: a bypass by the AV alone would take the
+flow away from Snort too.
+
 `setup()` first removes whatever a previous run under the same SPM name left (it keeps a state
 file under /run/opengate), so a crash is cleaned up at the next start; `teardown()` removes all
 of it and restores the sysctls. Both are idempotent.
@@ -114,9 +121,10 @@ class Plan:
     backend: str  # auto | nft | xt
     bypass_timeout: int = 120  # idle seconds a bypassed flow stays in the kernel's pass set
     queue_count: int = 1  # queues num .. num+count-1, flows spread by hash (Snort: one a thread)
+    av_queue: int | None = None  # a second queue at the forward hook (the AV beside Snort)
 
     @classmethod
-    def from_config(cls, cfg: SpmConfig, queue_count: int = 1) -> Plan:
+    def from_config(cls, cfg: SpmConfig, queue_count: int = 1, av_queue: int | None = None) -> Plan:
         return cls(
             cfg.name,
             cfg.interface,
@@ -126,6 +134,7 @@ class Plan:
             cfg.queue.backend,
             int(cfg.limits.flow_timeout),
             queue_count,
+            av_queue,
         )
 
     @property
@@ -139,6 +148,16 @@ class Plan:
     @property
     def xt_chain(self) -> str:
         return ("OG_SPM_" + re.sub(r"[^A-Za-z0-9_]", "_", self.name))[:28]
+
+    @property
+    def xt_av_chain(self) -> str:
+        """The xt backend's chain for the AV queue (jumped from mangle FORWARD)."""
+        return ("OG_SPMAV_" + re.sub(r"[^A-Za-z0-9_]", "_", self.name))[:28]
+
+    @property
+    def all_queues(self) -> list[int]:
+        """Every queue a listener must bind: the inspection queues, then the AV queue."""
+        return [*self.queues, *([] if self.av_queue is None else [self.av_queue])]
 
     def nft_script(self, with_queue: bool) -> str:
         elements = ", ".join(f"{tag_mac(t)} : 0x{tag_mark(t):08x}" for t in self.tags)
@@ -208,9 +227,41 @@ class Plan:
         lines += [
             f"    meta mark & 0x{FLAG_BLOCK:08x} != 0 counter drop",
             "  }",
-            "}",
         ]
+        if self.av_queue is not None:
+            lines += self._nft_av_chains(with_queue)
+        lines.append("}")
         return "\n".join(lines) + "\n"
+
+    def _nft_av_chains(self, with_queue: bool) -> list[str]:
+        """At the forward hook, after the inspection queues: the AV queue, then its blocks."""
+        iface = json.dumps(self.interface)
+        m = f"0x{MARK_MAGIC:08x}"
+        lines: list[str] = []
+        if with_queue:
+            bypass = " bypass" if self.fail_open else ""
+            lines += [
+                "  chain to_av_queue {",
+                "    type filter hook forward priority mangle; policy accept;",
+                f"    iifname {iface} meta mark & 0x{MARK_MAGIC_MASK | FLAG_BYPASS:08x} == {m} "
+                f"counter queue num {self.av_queue}{bypass}",
+                "  }",
+            ]
+        lines += [
+            "  chain save_av_block {",
+            "    type filter hook forward priority mangle + 10; policy accept;",
+            f"    iifname != {iface} return",
+            f"    meta mark & 0x{MARK_MAGIC_MASK:08x} != {m} return",
+        ]
+        for fam, ip in (("4", "ip"), ("6", "ip6")):
+            fwd = f"{ip} saddr . meta l4proto . th sport . {ip} daddr . th dport"
+            rev = f"{ip} daddr . meta l4proto . th dport . {ip} saddr . th sport"
+            lines.append(
+                f"    meta mark & 0x{FLAG_BLOCK:08x} != 0 add @blocked{fam} {{ {fwd} }} "
+                f"add @blocked{fam} {{ {rev} }}"
+            )
+        lines += [f"    meta mark & 0x{FLAG_BLOCK:08x} != 0 counter drop", "  }"]
+        return lines
 
     @property
     def _nft_queues(self) -> str:
@@ -225,11 +276,27 @@ class Plan:
         if self.fail_open:
             target.append("--queue-bypass")
         mark = f"0x{MARK_MAGIC:08x}/0x{MARK_MAGIC_MASK | FLAG_BYPASS:08x}"
-        return [
+        rules = [
             ["-t", "mangle", "-N", self.xt_chain],
             ["-t", "mangle", "-A", self.xt_chain, "-m", "mark", "--mark", mark, *target],
             ["-t", "mangle", "-A", "PREROUTING", "-i", self.interface, "-j", self.xt_chain],
         ]
+        if self.av_queue is not None:
+            av_target = ["-j", "NFQUEUE", "--queue-num", str(self.av_queue)]
+            if self.fail_open:
+                av_target.append("--queue-bypass")
+            chain = self.xt_av_chain
+            rules += [
+                ["-t", "mangle", "-N", chain],
+                ["-t", "mangle", "-A", chain, "-m", "mark", "--mark", mark, *av_target],
+                ["-t", "mangle", "-A", "FORWARD", "-i", self.interface, "-j", chain],
+            ]
+        return rules
+
+    def xt_jumps(self) -> list[tuple[str, str]]:
+        """(built-in chain, our chain) pairs the xt backend may have installed; cleanup removes
+        all of them whatever this plan says, so that a crashed run's are found too."""
+        return [("PREROUTING", self.xt_chain), ("FORWARD", self.xt_av_chain)]
 
 
 _SYSCTLS_ALL = (
@@ -277,19 +344,27 @@ class Plumbing:
         ).returncode:
             raise PlumbingError(f"interface {self.plan.interface!r} does not exist")
         saved = self._apply_sysctls()
-        self._write_state({"sysctl": saved, "tags": list(self.plan.tags), "backend": None})
+        state: dict[str, object] = {
+            "sysctl": saved,
+            "tags": list(self.plan.tags),
+            "queues": self.plan.all_queues,
+            "av_queue": self.plan.av_queue,
+            "backend": None,
+        }
+        self._write_state(state)
         backend = self._install_filter()
-        self._write_state({"sysctl": saved, "tags": list(self.plan.tags), "backend": backend})
+        self._write_state({**state, "backend": backend})
         self._install_routes()
         self.backend = backend
         LOG.info(
-            "spm %s: plumbing up on %s (tags %d, queue %d, backend %s, fail-open %s)",
+            "spm %s: plumbing up on %s (tags %d, queue %d, backend %s, fail-open %s%s)",
             self.plan.name,
             self.plan.interface,
             len(self.plan.tags),
             self.plan.queue_num,
             backend,
             self.plan.fail_open,
+            "" if self.plan.av_queue is None else f", AV queue {self.plan.av_queue} at forward",
         )
         return backend
 
@@ -351,22 +426,16 @@ class Plumbing:
                 binary = self._iptables(family)
             except PlumbingError:
                 return False
-            proc = self.runner.run(
-                [
-                    "nft",
-                    "list",
-                    "chain",
-                    "ip" if family == 4 else "ip6",
-                    "mangle",
-                    self.plan.xt_chain,
-                ],
-                check=False,
-            )
-            if proc.returncode == 0:
-                return True
-            proc = self.runner.run([binary, "-t", "mangle", "-S", self.plan.xt_chain], check=False)
-            if proc.returncode == 0:
-                return True
+            for _hook, chain in self.plan.xt_jumps():
+                proc = self.runner.run(
+                    ["nft", "list", "chain", "ip" if family == 4 else "ip6", "mangle", chain],
+                    check=False,
+                )
+                if proc.returncode == 0:
+                    return True
+                proc = self.runner.run([binary, "-t", "mangle", "-S", chain], check=False)
+                if proc.returncode == 0:
+                    return True
         return False
 
     def _install_filter(self) -> str:
@@ -393,27 +462,25 @@ class Plumbing:
 
     def _remove_filter(self) -> None:
         self.runner.run(["nft", "delete", "table", "inet", self.plan.table], check=False)
-        chain = self.plan.xt_chain
         for family in (4, 6):
             try:
                 binary = self._iptables(family)
             except PlumbingError:
                 continue
-            # delete every jump to our chain, then the chain
-            for _ in range(64):
-                listing = self.runner.run([binary, "-t", "mangle", "-S", "PREROUTING"], check=False)
-                jumps = [
-                    line.split()[2:]
-                    for line in listing.stdout.splitlines()
-                    if line.startswith("-A PREROUTING") and line.split()[-1] == chain
-                ]
-                if not jumps:
-                    break
-                self.runner.run(
-                    [binary, "-t", "mangle", "-D", "PREROUTING", *jumps[0]], check=False
-                )
-            self.runner.run([binary, "-t", "mangle", "-F", chain], check=False)
-            self.runner.run([binary, "-t", "mangle", "-X", chain], check=False)
+            for hook, chain in self.plan.xt_jumps():
+                # delete every jump to our chain, then the chain
+                for _ in range(64):
+                    listing = self.runner.run([binary, "-t", "mangle", "-S", hook], check=False)
+                    jumps = [
+                        line.split()[2:]
+                        for line in listing.stdout.splitlines()
+                        if line.startswith(f"-A {hook} ") and line.split()[-1] == chain
+                    ]
+                    if not jumps:
+                        break
+                    self.runner.run([binary, "-t", "mangle", "-D", hook, *jumps[0]], check=False)
+                self.runner.run([binary, "-t", "mangle", "-F", chain], check=False)
+                self.runner.run([binary, "-t", "mangle", "-X", chain], check=False)
 
     # --- routing --------------------------------------------------------------------------------
 

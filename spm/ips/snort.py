@@ -11,17 +11,28 @@ lines (alert_json) that the adapter follows and forwards.
 `-r FILE`, inline as here through the DAQ's dump wrapper, no checksum checks) and converts the
 same alert_json lines, with the packets' capture times.
 
-Not supported in this mode: the AV (Snort has no clamd hook; the configuration is refused when
-both are on), bypass requests (Snort's own fast-path offload is not wired to the CPM), flow
-dispatch schemes (Snort's DAQ balances by its own hash).
+The AV (Snort has no clamd hook) runs after Snort when `av.enabled` is on: the packets Snort
+accepts go on to the forward hook, where the plumbing queues them again, to the queue after
+Snort's (`queue.num + workers`); there the built-in daemon, its IPS off, forked by the adapter,
+scans HTTP bodies and streams with clamd as without Snort. The adapter reports ready (the EVE
+`spm start` record) once Snort and the AV have bound their queues, stops the AV with Snort, and
+reports the load of both; the AV sends its own alerts to the CPM and appends them to the same EVE
+log (whole lines, O_APPEND). A flow the AV blocks is added to the kernel's blocked sets at the
+forward hook, so its later packets are dropped before Snort.
+
+Not supported in this mode: bypass requests (Snort's own fast-path offload is not wired to the
+CPM, and the AV beside Snort does not bypass), flow dispatch schemes (Snort's DAQ balances by its
+own hash; the AV's daemon dispatches as configured).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -35,7 +46,7 @@ from opengate.errors import ConfigError
 from spm.community_id import community_id_str
 from spm.config import SpmConfig
 from spm.cpm_client import CpmClient
-from spm.daemon import bound_queues, cpu_ticks, kernel_queue_depth, pss_bytes
+from spm.daemon import SpmDaemon, bound_queues, cpu_ticks, kernel_queue_depth, pss_bytes
 from spm.eve import EveLog
 from spm.nft import Plan, Plumbing
 
@@ -241,30 +252,42 @@ def find_snort(
                 field="ips.engine",
             )
         return None
-    if cfg.av.enabled:
-        if engine == "snort":
-            raise ConfigError(
-                "the AV cannot run with ips.engine snort (Snort has no clamd hook); "
-                "use engine builtin, or av.enabled no",
-                path=cfg.path,
-                field="av.enabled",
-            )
-        LOG.warning("snort is installed but the AV is on: using the built-in IPS engine")
-        return None
-    return str(binary)
+    return str(binary)  # with the AV on, it runs after Snort (SnortDaemon)
+
+
+def av_beside_snort_config(cfg: SpmConfig) -> SpmConfig:
+    """The configuration of the AV that runs after Snort: the built-in daemon with its IPS off
+    and no bypass (a flow the AV lets go would be offloaded past Snort too)."""
+    return dataclasses.replace(
+        cfg,
+        ips=dataclasses.replace(cfg.ips, enabled=False),
+        bypass=dataclasses.replace(cfg.bypass, classes=()),
+    )
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
 
 
 class SnortDaemon:
-    """`opengate spm run` when Snort inspects: plumbing, Snort, alerts and load to the CPM."""
+    """`opengate spm run` when Snort inspects: plumbing, Snort, the AV after it (when on), alerts
+    and load to the CPM."""
 
     def __init__(self, cfg: SpmConfig, binary: str, run_dir: Path | None = None) -> None:
         self.cfg = cfg
         self.binary = binary
         self.run_dir = run_dir or Path("/run/opengate") / f"snort-{cfg.name}"
         # One queue per Snort packet thread (a thread cannot share a queue), flows spread
-        # over them by the kernel's hash.
-        self.plumbing = Plumbing(Plan.from_config(cfg, queue_count=cfg.workers))
+        # over them by the kernel's hash; with the AV, one more queue after them.
+        self.av_queue = cfg.queue.num + cfg.workers if cfg.av.enabled else None
+        self.plumbing = Plumbing(
+            Plan.from_config(cfg, queue_count=cfg.workers, av_queue=self.av_queue)
+        )
         self.proc: subprocess.Popen[bytes] | None = None
+        self.av_pid: int | None = None  # the AV's daemon (a child process) while it runs
         self._stop = threading.Event()
         self.alerts = 0
 
@@ -280,22 +303,32 @@ class SnortDaemon:
             old.unlink()
         signal.signal(signal.SIGTERM, lambda *_: self.stop())
         signal.signal(signal.SIGINT, lambda *_: self.stop())
-        cpm = CpmClient(cfg.cpm_url, cfg.token, cfg.name) if cfg.cpm_url and cfg.token else None
-        eve = EveLog(cfg.eve_log, cfg.name) if cfg.eve_log else None
+        cpm: CpmClient | None = None
+        eve: EveLog | None = None
         try:
             self.plumbing.setup()
+            if self.av_queue is not None:
+                self.av_pid = self._start_av(self.av_queue)
             argv = snort_command(self.binary, cfg, lua, self.run_dir)
             LOG.info("spm %s: running %s", cfg.name, " ".join(argv))
             self.proc = subprocess.Popen(argv, env=snort_env(self.binary))
             if not self._wait_ready():
                 return 1
-            if cpm is not None:
+            # after the AV's fork: its process does not hold these
+            if cfg.cpm_url and cfg.token:
+                cpm = CpmClient(cfg.cpm_url, cfg.token, cfg.name)
                 cpm.start()
-            if eve is not None:
-                eve.write("spm", time.time(), spm_event="start", engine="snort")
-            self._loop(cpm, eve)
-            code = self.proc.poll()
-            return 0 if code is None or self._stop.is_set() else 1
+            if cfg.eve_log:
+                eve = EveLog(cfg.eve_log, cfg.name)
+                eve.write(
+                    "spm",
+                    time.time(),
+                    spm_event="start",
+                    engine="snort",
+                    av=self.av_queue is not None,
+                )
+            ended = self._loop(cpm, eve)  # True: snort or the AV exited
+            return 1 if ended and not self._stop.is_set() else 0
         finally:
             if self.proc is not None and self.proc.poll() is None:
                 self.proc.send_signal(signal.SIGTERM)
@@ -304,6 +337,7 @@ class SnortDaemon:
                 except subprocess.TimeoutExpired:
                     self.proc.kill()
                     self.proc.wait()
+            self._stop_av()
             self.plumbing.teardown()
             if cpm is not None:
                 cpm.stop()
@@ -311,11 +345,67 @@ class SnortDaemon:
                 eve.write("spm", time.time(), spm_event="stop")
                 eve.close()
 
+    # --- the AV after Snort -------------------------------------------------------------------
+
+    def _start_av(self, queue_num: int) -> int:
+        """Fork the built-in daemon as the AV on `queue_num` (the plumbing is ours)."""
+        cfg = av_beside_snort_config(self.cfg)
+        pid = os.fork()
+        if pid == 0:  # the AV's daemon
+            code = 1
+            try:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until the daemon sets its own
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                code = SpmDaemon(cfg, None, queue_num=queue_num).run()
+            except BaseException:
+                LOG.exception("spm %s: the AV failed", self.cfg.name)
+            finally:
+                os._exit(code)
+        LOG.info("spm %s: the AV runs on queue %d (pid %d)", self.cfg.name, queue_num, pid)
+        return pid
+
+    def _av_exited(self) -> int | None:
+        """The AV's exit status if it has ended (reaped here), else None."""
+        if self.av_pid is None:
+            return None
+        try:
+            pid, status = os.waitpid(self.av_pid, os.WNOHANG)
+        except ChildProcessError:
+            pid, status = self.av_pid, 0
+        if pid == 0:
+            return None
+        self.av_pid = None
+        return os.waitstatus_to_exitcode(status)
+
+    def _stop_av(self, timeout: float = 10.0) -> None:
+        if self.av_pid is None:
+            return
+        pid = self.av_pid
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            pidfd = -1
+        if pidfd >= 0:
+            try:
+                ready, _w, _x = select.select([pidfd], [], [], timeout)
+                if not ready:
+                    LOG.error("spm %s: the AV did not stop within %gs", self.cfg.name, timeout)
+                    os.kill(pid, signal.SIGKILL)
+            finally:
+                os.close(pidfd)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        self.av_pid = None
+
+    # --- readiness and the loop ---------------------------------------------------------------
+
     def _wait_ready(self, timeout: float = READY_TIMEOUT) -> bool:
-        """Until Snort listens on every queue (it loads its rules first); packets queued before
-        would be dropped, or pass uninspected with fail-open."""
+        """Until Snort listens on every queue (it loads its rules first) and the AV on its own;
+        packets queued before would be dropped, or pass uninspected with fail-open."""
         assert self.proc is not None
-        wanted = set(self.plumbing.plan.queues)
+        wanted = set(self.plumbing.plan.all_queues)
         deadline = time.monotonic() + timeout
         while not wanted <= bound_queues():
             if self.proc.poll() is not None:
@@ -325,33 +415,57 @@ class SnortDaemon:
                     self.proc.returncode,
                 )
                 return False
+            if (code := self._av_exited()) is not None:
+                LOG.error("spm %s: the AV exited with %s before it was ready", self.cfg.name, code)
+                return False
             if time.monotonic() > deadline or self._stop.wait(0.1):
                 LOG.error(
-                    "spm %s: snort did not bind queues %s within %gs",
+                    "spm %s: queues %s were not all bound within %gs (bound: %s)",
                     self.cfg.name,
                     sorted(wanted),
                     timeout,
+                    sorted(wanted & bound_queues()),
                 )
                 return False
-        LOG.info("spm %s: snort is ready on queues %s", self.cfg.name, sorted(wanted))
+        LOG.info(
+            "spm %s: snort%s ready on queues %s",
+            self.cfg.name,
+            "" if self.av_queue is None else " and the AV",
+            sorted(wanted),
+        )
         return True
 
-    def _loop(self, cpm: CpmClient | None, eve: EveLog | None) -> None:
+    def _pids(self) -> list[int]:
+        """Snort, and the AV's daemon and its workers."""
+        assert self.proc is not None
+        pids = [self.proc.pid]
+        if self.av_pid is not None:
+            pids += [self.av_pid, *_children(self.av_pid)]
+        return pids
+
+    def _loop(self, cpm: CpmClient | None, eve: EveLog | None) -> bool:
+        """Until stopped (False) or until Snort or the AV exits (True)."""
         assert self.proc is not None
         # One alert file per packet thread (N_alert_json.txt; alert_json.txt with one thread).
         offsets: dict[Path, int] = {}
-        last_ticks = 0
+        last_ticks = sum(cpu_ticks(p) for p in self._pids())
         last = time.monotonic()
         while not self._stop.wait(0.2):
             if self.proc.poll() is not None:
                 LOG.error("spm %s: snort exited with %s", self.cfg.name, self.proc.returncode)
-                return
+                return True
+            if (code := self._av_exited()) is not None:
+                LOG.error("spm %s: the AV exited with %s", self.cfg.name, code)
+                return True
             for path in sorted(self.run_dir.glob("*alert_json.txt")):
                 offsets[path] = self._follow(path, offsets.get(path, 0), cpm, eve)
             now = time.monotonic()
             if now - last >= 1.0:
-                ticks = cpu_ticks(self.proc.pid)
-                busy = (ticks - last_ticks) / os.sysconf("SC_CLK_TCK") / (now - last)
+                # One report for the SPM: Snort's threads, the AV's daemon and workers, and
+                # the packets waiting in every queue.
+                pids = self._pids()
+                ticks = sum(cpu_ticks(p) for p in pids)
+                busy = max(0, ticks - last_ticks) / os.sysconf("SC_CLK_TCK") / (now - last)
                 cpu = min(100.0, 100.0 * busy / (os.cpu_count() or 1))
                 last_ticks, last = ticks, now
                 if cpm is not None:
@@ -359,14 +473,17 @@ class SnortDaemon:
                         {
                             "ts": time.time(),
                             "cpu": round(cpu, 1),
-                            "queue_depth": kernel_queue_depth(self.cfg.queue.num),
+                            "queue_depth": sum(
+                                kernel_queue_depth(q) for q in self.plumbing.plan.all_queues
+                            ),
                             "pps": 0.0,
                             "bps": 0.0,
-                            "mem_bytes": pss_bytes(self.proc.pid),
+                            "mem_bytes": sum(pss_bytes(p) for p in pids),
                             "workers": self.cfg.workers,
                             "flows": 0,
                         }
                     )
+        return False
 
     def _follow(self, path: Path, offset: int, cpm: CpmClient | None, eve: EveLog | None) -> int:
         with contextlib.suppress(FileNotFoundError), path.open("rb") as f:

@@ -163,7 +163,8 @@ class TcpFlow:
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory, clamd_socket: str) -> Iterator[Rig]:
     av = f"av: {{enabled: yes, clamd_socket: {clamd_socket}, on_clamd_down: drop}}\n"
-    with spm_rig(tmp_path_factory.mktemp("spm-e2e"), ips_extra="", av=av) as r:
+    # the built-in engine (auto would pick Snort where it is installed)
+    with spm_rig(tmp_path_factory.mktemp("spm-e2e"), ips_extra="engine: builtin, ", av=av) as r:
         yield r
 
 
@@ -322,6 +323,13 @@ def check_clean_http_comes_back(rig: Rig) -> None:
 
 
 def test_eicar_download_is_dropped_from_its_last_packet_and_alerted(rig: Rig) -> None:
+    check_eicar_download_dropped_and_alerted(rig)
+
+
+def check_eicar_download_dropped_and_alerted(rig: Rig) -> TcpFlow:
+    """An HTTP download of EICAR: the AV's alert (blocked) reaches the EVE log and the CPM; the
+    response comes back but for its last packet, which completes the body, and the flow's next
+    packet is dropped too."""
     flow = rig.conversation()
     body = _eicar() + b"\r\n" + b"." * 1500
     pkts = flow.handshake() + flow.data(True, b"GET /eicar.com HTTP/1.1\r\nHost: t\r\n\r\n")
@@ -337,6 +345,7 @@ def test_eicar_download_is_dropped_from_its_last_packet_and_alerted(rig: Rig) ->
     assert ids[-1] not in rig.returned and later[0] not in rig.returned
     [alert] = alerts()
     assert "Eicar" in alert["alert"]["signature"] and alert["alert"]["action"] == "blocked"
+    assert alert["alert"]["source"] == "av"
     wait_for(
         "the alert at the CPM",
         lambda: any(b["community_id"] == flow.community_id for b in rig.cpm.bodies("/alerts")),
@@ -363,6 +372,7 @@ def test_eicar_download_is_dropped_from_its_last_packet_and_alerted(rig: Rig) ->
         "sport": 80,
         "dport": flow.cport,
     }
+    return flow
 
 
 def test_community_rule_match_is_dropped_and_alerted(rig: Rig) -> None:

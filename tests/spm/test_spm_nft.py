@@ -45,6 +45,52 @@ def test_xt_rules_mirror_the_queue_rule() -> None:
     assert "--queue-bypass" not in rules[1]
 
 
+def test_nft_script_with_an_av_queue_queues_again_at_forward_and_saves_its_blocks() -> None:
+    plan = _plan(queue_count=2, av_queue=6)
+    assert plan.all_queues == [4, 5, 6]
+    script = plan.nft_script(with_queue=True)
+    assert "counter queue num 4-5 bypass" in script
+    to_av = script[script.index("chain to_av_queue") :]
+    assert to_av.startswith(
+        "chain to_av_queue {\n"
+        "    type filter hook forward priority mangle; policy accept;\n"
+        '    iifname "ogt0" meta mark & 0xff010000 == 0x4f000000 counter queue num 6 bypass\n'
+    )
+    save = script[script.index("chain save_av_block") :]
+    assert "type filter hook forward priority mangle + 10;" in save
+    assert "meta mark & 0x00020000 != 0 add @blocked4" in save
+    assert "meta mark & 0x00020000 != 0 counter drop" in save
+    assert "@bypassed" not in save  # a bypass by the AV would skip Snort too
+    without = plan.nft_script(with_queue=False)  # backend xt: the queue is an iptables rule
+    assert "to_av_queue" not in without and "chain save_av_block" in without
+    assert "forward" not in _plan().nft_script(with_queue=True)
+
+
+def test_xt_rules_with_an_av_queue_add_a_chain_jumped_from_forward() -> None:
+    rules = _plan(queue_count=2, av_queue=6).xt_rules()
+    assert rules[3:] == [
+        ["-t", "mangle", "-N", "OG_SPMAV_unit"],
+        [
+            "-t",
+            "mangle",
+            "-A",
+            "OG_SPMAV_unit",
+            "-m",
+            "mark",
+            "--mark",
+            "0x4f000000/0xff010000",
+            "-j",
+            "NFQUEUE",
+            "--queue-num",
+            "6",
+            "--queue-bypass",
+        ],
+        ["-t", "mangle", "-A", "FORWARD", "-i", "ogt0", "-j", "OG_SPMAV_unit"],
+    ]
+    assert "--queue-bypass" not in _plan(fail_open=False, av_queue=6).xt_rules()[4]
+    assert len(_plan().xt_rules()) == 3
+
+
 @pytest.fixture
 def spm_ns() -> Iterator[str]:
     skip_unless_root("plumbing in a network namespace")
@@ -92,6 +138,23 @@ def test_setup_is_idempotent_and_teardown_restores_everything(spm_ns: str, tmp_p
     assert "OG_SPM" not in down["mangle"]
     assert (down["fwd"], down["rp"]) == (before["fwd"], "2")
     assert not p.state_path.exists()
+
+
+def test_an_av_queue_is_installed_and_removed_after_a_crash(spm_ns: str, tmp_path: Path) -> None:
+    old = Plumbing(_plan(backend="xt", av_queue=6), Runner(netns=spm_ns), state_dir=tmp_path)
+    assert old.setup() == "xt"
+    up = _state(spm_ns)
+    assert "-A FORWARD -i ogt0 -j OG_SPMAV_unit" in up["mangle"]
+    assert "--queue-num 6" in up["mangle"] and "chain save_av_block" in up["nft"]
+    assert json.loads(old.state_path.read_text())["av_queue"] == 6
+    # ... the process dies; the next run, without the AV, removes the AV's chain as well
+    new = Plumbing(_plan(backend="xt"), Runner(netns=spm_ns), state_dir=tmp_path)
+    assert new.cleanup_stale()
+    assert "OG_SPM" not in _state(spm_ns)["mangle"]
+    new.setup()
+    assert "OG_SPMAV" not in _state(spm_ns)["mangle"]
+    new.teardown()
+    assert "OG_SPM" not in _state(spm_ns)["mangle"]
 
 
 def test_leftovers_of_a_crashed_run_with_other_tags_are_removed(

@@ -16,8 +16,15 @@ import pytest
 from opengate.errors import ConfigError
 from opengate.netutil import stop_process
 from spm.community_id import community_id_str
-from spm.config import AvConfig, IpsConfig, QueueConfig, SpmConfig
-from spm.ips.snort import find_snort, parse_alert_json, snort_command, snort_lua
+from spm.config import AvConfig, BypassConfig, IpsConfig, QueueConfig, SpmConfig
+from spm.ips.snort import (
+    SnortDaemon,
+    av_beside_snort_config,
+    find_snort,
+    parse_alert_json,
+    snort_command,
+    snort_lua,
+)
 from tests.helpers import skip_unless_root, skip_unless_tool
 from tests.spm.spm_netns import netns, sh, wait_for
 
@@ -100,12 +107,21 @@ def test_engine_choice() -> None:
     assert find_snort(_cfg(ips=IpsConfig(rules=("/r",), engine="builtin")), have) is None
     with pytest.raises(ConfigError, match="no snort binary"):
         find_snort(_cfg(ips=IpsConfig(rules=("/r",), engine="snort")), none, prefixes=())
-    with pytest.raises(ConfigError, match="AV cannot run"):
-        find_snort(
-            _cfg(ips=IpsConfig(rules=("/r",), engine="snort"), av=AvConfig(enabled=True)), have
-        )
-    # auto with the AV on: the built-in engine, which can do both
-    assert find_snort(_cfg(av=AvConfig(enabled=True)), have) is None
+    # with the AV on, Snort still inspects (the AV runs after it, see SnortDaemon)
+    snort_av = _cfg(ips=IpsConfig(rules=("/r",), engine="snort"), av=AvConfig(enabled=True))
+    assert find_snort(snort_av, have) == "/usr/bin/snort"
+    assert find_snort(_cfg(av=AvConfig(enabled=True)), have) == "/usr/bin/snort"
+    assert find_snort(_cfg(av=AvConfig(enabled=True)), none, prefixes=()) is None
+
+
+def test_with_the_av_snort_daemon_plans_a_queue_after_snorts_and_an_av_without_ips() -> None:
+    cfg = _cfg(av=AvConfig(enabled=True), bypass=BypassConfig(classes=("tls",)))
+    daemon = SnortDaemon(cfg, "/usr/bin/snort", run_dir=Path("/nonexistent"))
+    assert daemon.av_queue == 9  # queue.num 6 + 3 workers
+    assert daemon.plumbing.plan.all_queues == [6, 7, 8, 9]
+    av = av_beside_snort_config(cfg)
+    assert not av.ips.enabled and av.bypass.classes == () and av.av.enabled
+    assert SnortDaemon(_cfg(), "/usr/bin/snort").plumbing.plan.av_queue is None
 
 
 FAKE_ALERT = json.dumps(
