@@ -8,6 +8,7 @@ import contextlib
 import http.server
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -274,6 +275,7 @@ def spm_rig(tmp: Path, ips_extra: str, av: str) -> Iterator[Rig]:
                 server.server_close()
             sh("ip", "link", "del", mgmt_root, check=False)
             Path(f"/run/opengate/spm-opengate_spm_e2e{pid}.json").unlink(missing_ok=True)
+            shutil.rmtree(f"/run/opengate/snort-e2e{pid}", ignore_errors=True)  # Snort's run dir
 
 
 def _start(spm_ns: str, config: Path, log: Path) -> subprocess.Popen[bytes]:
