@@ -256,10 +256,11 @@ class Plan:
         for fam, ip in (("4", "ip"), ("6", "ip6")):
             fwd = f"{ip} saddr . meta l4proto . th sport . {ip} daddr . th dport"
             rev = f"{ip} daddr . meta l4proto . th dport . {ip} saddr . th sport"
-            lines.append(
-                f"    meta mark & 0x{FLAG_BLOCK:08x} != 0 add @blocked{fam} {{ {fwd} }} "
-                f"add @blocked{fam} {{ {rev} }}"
-            )
+            for flag, name in ((FLAG_BLOCK, "blocked"), (FLAG_BYPASS, "bypassed")):
+                lines.append(
+                    f"    meta mark & 0x{flag:08x} != 0 add @{name}{fam} {{ {fwd} }} "
+                    f"add @{name}{fam} {{ {rev} }}"
+                )
         lines += [f"    meta mark & 0x{FLAG_BLOCK:08x} != 0 counter drop", "  }"]
         return lines
 

@@ -20,9 +20,11 @@ reports the load of both; the AV sends its own alerts to the CPM and appends the
 log (whole lines, O_APPEND). A flow the AV blocks is added to the kernel's blocked sets at the
 forward hook, so its later packets are dropped before Snort.
 
-Not supported in this mode: bypass requests (Snort's own fast-path offload is not wired to the
-CPM, and the AV beside Snort does not bypass), flow dispatch schemes (Snort's DAQ balances by its
-own hash; the AV's daemon dispatches as configured).
+Bypass works as without Snort, decided by the AV stage: a flow of a class that may be bypassed
+is offloaded after N clean bytes (the CPM is asked, and the kernel's bypass set skips both queues).
+With the AV off, Snort alone never asks for a bypass (its own fast-path offload is not wired to
+the CPM). Not supported: flow dispatch schemes for Snort (its DAQ queues are balanced by the
+kernel's hash; the AV's daemon dispatches as configured).
 """
 
 from __future__ import annotations
@@ -256,13 +258,10 @@ def find_snort(
 
 
 def av_beside_snort_config(cfg: SpmConfig) -> SpmConfig:
-    """The configuration of the AV that runs after Snort: the built-in daemon with its IPS off
-    and no bypass (a flow the AV lets go would be offloaded past Snort too)."""
-    return dataclasses.replace(
-        cfg,
-        ips=dataclasses.replace(cfg.ips, enabled=False),
-        bypass=dataclasses.replace(cfg.bypass, classes=()),
-    )
+    """The configuration of the AV that runs after Snort: the built-in daemon with its IPS off.
+    It also makes the bypass decisions (a flow of a class that may be bypassed, clean after N
+    bytes: Snort has seen those bytes too, and a flow Snort blocked never reaches the AV)."""
+    return dataclasses.replace(cfg, ips=dataclasses.replace(cfg.ips, enabled=False))
 
 
 def _children(pid: int) -> list[int]:
