@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from controller import policy_values as pv
 from controller.hsm.rules import (
     PROTOCOL_NUMBERS,
     AclAction,
@@ -32,7 +33,7 @@ from controller.hsm.snort_header import ClassMap, IdsHeaders, load_ids_file
 from opengate import p4constants as pc
 from opengate import yamlconf
 from opengate.errors import ConfigError
-from opengate.fields import ANY_PORT, PortRange, Prefix, ProtoMatch
+from opengate.fields import ANY_PORT, ProtoMatch
 from opengate.snort.header import SnortVariables
 from opengate.yamlconf import (
     LineDict,
@@ -172,7 +173,7 @@ class PortForward:
 
 # Data-plane masquerading: a block of ports (one per cell of the program's flow_nat register) on
 # each masquerade address, from which the NPM picks a new flow's port itself.
-NAT_DP_PORTS = pc.REGISTER_SIZES[pc.R_FLOW_NAT]
+NAT_DP_PORTS = pv.NAT_DP_PORTS
 DEFAULT_DP_BASE = 65536 - NAT_DP_PORTS
 
 
@@ -494,8 +495,8 @@ class _Loader:
             seen.add(number)
             role = item.get("role", one_of(*ROLES))
             name = item.get("name", as_str, f"port{number}")
-            mac = _opt(item, "mac", as_mac)
-            addresses = tuple(_opt(item, "addresses", _list_of(as_ipv4_interface)) or ())
+            mac = pv.opt(item, "mac", as_mac)
+            addresses = tuple(pv.opt(item, "addresses", pv.list_of(as_ipv4_interface)) or ())
             if role in ("inside", "outside") and mac is None:
                 raise item.error("mac", f"an {role} port needs the gateway's MAC on it")
             if role == "spm" and addresses:
@@ -550,7 +551,7 @@ class _Loader:
         by_address = {n.address: n for n in neighbours}
         prefixes = {r.prefix for r in routes}
         for item in top.items("routes", required=False):
-            prefix = item.get("prefix", _network)
+            prefix = item.get("prefix", pv.network)
             via = item.get("via", as_ipv4)
             neighbour = by_address.get(via)
             if neighbour is None:
@@ -571,12 +572,12 @@ class _Loader:
             name = item.get("name", as_str)
             if any(m.name == name for m in out):
                 raise item.error("name", f"meter {name!r} is defined twice")
-            cir = item.get("cir", _positive)
-            pir = item.get("pir", _positive, cir)
+            cir = item.get("cir", pv.positive)
+            pir = item.get("pir", pv.positive, cir)
             if pir < cir:
                 raise item.error("pir", f"peak rate {pir} is below the committed rate {cir}")
-            cburst = item.get("cburst", _positive)
-            pburst = item.get("pburst", _positive, cburst)
+            cburst = item.get("cburst", pv.positive)
+            pburst = item.get("pburst", pv.positive, cburst)
             out.append(MeterSpec(name, cir, cburst, pir, pburst))
             item.reject_unknown()
         return tuple(out)
@@ -609,9 +610,9 @@ class _Loader:
         if not top.has("spm"):
             return SpmSettings()
         section = top.sub("spm")
-        down_after = section.get("down_after", _non_negative_float, 2.5)
-        queue_limit = section.get("queue_limit", _positive, 4096)
-        min_change = section.get("min_weight_change", _positive, 1)
+        down_after = section.get("down_after", pv.non_negative_float, 2.5)
+        queue_limit = section.get("queue_limit", pv.positive, 4096)
+        min_change = section.get("min_weight_change", pv.positive, 1)
         section.reject_unknown()
         return SpmSettings(down_after, queue_limit, min_change)
 
@@ -644,10 +645,10 @@ class _Loader:
                 if port not in spm_ports:
                     raise item.error("port", f"port {port} is not a port with role spm")
                 mac = mac_int(item.get("mac", as_mac))
-                weight = item.get("weight", _positive, 8)
+                weight = item.get("weight", pv.positive, 8)
                 if weight > 64:
                     raise item.error("weight", "weights go up to 64")
-                member_id = _member_id(name)
+                member_id = pv.member_id(name)
                 if member_id in member_ids:
                     raise item.error(
                         "name", f"SPM names {name!r} and {member_ids[member_id]!r} collide; rename"
@@ -672,7 +673,7 @@ class _Loader:
             pool = item.get("pool", as_str)
             if pool not in pool_names:
                 raise item.error("pool", f"no SPM pool named {pool!r}")
-            services = tuple(item.get("services", _list_of(one_of(*SERVICES)), ["ips"]))
+            services = tuple(item.get("services", pv.list_of(one_of(*SERVICES)), ["ips"]))
             on_failure = item.get("on_failure", one_of(*ON_FAILURE), "open")
             out.append(ChainSpec(name, pool, services, on_failure))
             item.reject_unknown()
@@ -693,16 +694,16 @@ class _Loader:
             name = item.get("name", as_str)
             if any(c.name == name for c in out):
                 raise item.error("name", f"class {name!r} is defined twice")
-            chain = _opt(item, "chain", as_str)
+            chain = pv.opt(item, "chain", as_str)
             if chain is not None and chain not in chain_names:
                 raise item.error("chain", f"no chain named {chain!r}")
-            meter = _opt(item, "meter", as_str)
+            meter = pv.opt(item, "meter", as_str)
             if meter is not None and meter not in meter_names:
                 raise item.error("meter", f"no meter named {meter!r}")
             bypass = item.get("bypass", as_bool, False)
-            sids = frozenset(_opt(item, "sids", _list_of(as_int)) or ())
-            classtypes = frozenset(_opt(item, "classtypes", _list_of(as_str)) or ())
-            services = frozenset(_opt(item, "services", _list_of(as_str)) or ())
+            sids = frozenset(pv.opt(item, "sids", pv.list_of(as_int)) or ())
+            classtypes = frozenset(pv.opt(item, "classtypes", pv.list_of(as_str)) or ())
+            services = frozenset(pv.opt(item, "services", pv.list_of(as_str)) or ())
             for what, mine in (("sids", sids), ("classtypes", classtypes), ("services", services)):
                 for other in out:
                     taken = mine & getattr(other, what)
@@ -728,11 +729,11 @@ class _Loader:
         for index, item in enumerate(section.items("rules", required=False)):
             name = item.get("name", as_str, f"rule{index}")
             action = AclAction(item.get("action", one_of("permit", "deny", "to_cpu")))
-            src = _opt(item, "src", self._prefixes)
-            dst = _opt(item, "dst", self._prefixes)
-            protos = _opt(item, "proto", _protocols)
-            sport = _opt(item, "sport", _ports)
-            dport = _opt(item, "dport", _ports)
+            src = pv.opt(item, "src", self._prefixes)
+            dst = pv.opt(item, "dst", self._prefixes)
+            protos = pv.opt(item, "proto", pv.protocols)
+            sport = pv.opt(item, "sport", pv.ports)
+            dport = pv.opt(item, "dport", pv.ports)
             has_ports = sport is not None or dport is not None
             if (
                 has_ports
@@ -743,8 +744,8 @@ class _Loader:
                     "sport" if sport is not None else "dport", "ports need proto tcp and/or udp"
                 )
             rule = AclRule(
-                src=_to_prefixes(src),
-                dst=_to_prefixes(dst),
+                src=pv.to_prefixes(src),
+                dst=pv.to_prefixes(dst),
                 sport=sport or ANY_PORT,
                 dport=dport or ANY_PORT,
                 proto=protos or (ProtoMatch(0, 0),),
@@ -757,7 +758,7 @@ class _Loader:
             bench = section.sub("classbench")
             target = self._file(bench, "file")
             action = AclAction(bench.get("action", one_of("permit", "deny", "to_cpu"), "permit"))
-            limit = _opt(bench, "limit", _positive)
+            limit = pv.opt(bench, "limit", pv.positive)
             for rule in parse_classbench(target, action, limit):
                 line = rule.origin.line if rule.origin else 0
                 rules.append(AclRuleSpec(f"{target.name}:{line}", rule, line))
@@ -772,19 +773,19 @@ class _Loader:
         target = self._file(section, "rules")
         # The policy's networks are Snort variables too ($inside); ids.variables override.
         values: dict[str, str] = {
-            name: _snort_value([str(n) for n in nets]) for name, nets in self.networks.items()
+            name: pv.snort_value([str(n) for n in nets]) for name, nets in self.networks.items()
         }
         if section.has("variables"):
             var_section = section.sub("variables")
             for key in list(var_section.data):
-                items = var_section.get(key, _str_or_list)
+                items = var_section.get(key, pv.str_or_list)
                 expanded: list[str] = []
                 for item in items:
                     if item in self.networks:
                         expanded.extend(str(n) for n in self.networks[item])
                     else:
                         expanded.append(item)
-                values[key] = _snort_value(expanded)
+                values[key] = pv.snort_value(expanded)
         default = next((c.class_id for c in classes if c.default), 0)
         class_map = ClassMap(
             default=default,
@@ -808,11 +809,11 @@ class _Loader:
         section = top.sub("nat")
         dp_base: int | None = DEFAULT_DP_BASE
         if section.has("data_plane_ports"):
-            dp_base = section.get("data_plane_ports", _dp_block)
+            dp_base = section.get("data_plane_ports", pv.dp_block)
         default_ports = (1024, 65535) if dp_base is None else (1024, dp_base - 1)
         if dp_base is not None and dp_base <= 1024:
             default_ports = (dp_base + NAT_DP_PORTS, 65535)
-        port_range = section.get("ports", _port_range, default_ports)
+        port_range = section.get("ports", pv.port_range, default_ports)
         if (
             dp_base is not None
             and port_range[0] <= dp_base + NAT_DP_PORTS - 1
@@ -832,7 +833,7 @@ class _Loader:
             sources = item.get("sources", self._prefixes)
             if sources is None:
                 sources = (ipaddress.IPv4Network("0.0.0.0/0"),)
-            address = _opt(item, "address", as_ipv4)
+            address = pv.opt(item, "address", as_ipv4)
             if address is None:
                 if not spec.addresses:
                     raise item.error("address", f"port {port} has no address to masquerade as")
@@ -844,9 +845,9 @@ class _Loader:
             address = item.get("address", as_ipv4)
             proto_name = item.get("proto", one_of("tcp", "udp"))
             proto = PROTOCOL_NUMBERS[proto_name]
-            port = item.get("port", _port_number)
+            port = item.get("port", pv.port_number)
             to = item.get("to", as_ipv4)
-            to_port = item.get("to_port", _port_number, port)
+            to_port = item.get("to_port", pv.port_number, port)
             if any((f.address, f.proto, f.port) == (address, proto, port) for f in forwards):
                 raise item.error("port", f"{address} {proto_name}/{port} is forwarded twice")
             if not any(to in r.prefix for r in routes):
@@ -875,157 +876,16 @@ class _Loader:
             sub = section.sub("idle_timeout")
             for key in ("tcp", "udp", "icmp", "other"):
                 if sub.has(key):
-                    timeouts[key] = sub.get(key, _positive_float)
+                    timeouts[key] = sub.get(key, pv.positive_float)
             sub.reject_unknown()
-        linger = section.get("closing_linger", _non_negative_float, 2.0)
+        linger = section.get("closing_linger", pv.non_negative_float, 2.0)
         to_cpu = section.get("acl_to_cpu", one_of(*TO_CPU_ACTIONS), "drop")
         new_flows = None
         if section.has("new_flows_per_source"):
             sub = section.sub("new_flows_per_source")
-            rate = sub.get("rate", _positive)
-            burst = sub.get("burst", _positive, rate)
+            rate = sub.get("rate", pv.positive)
+            burst = sub.get("burst", pv.positive, rate)
             sub.reject_unknown()
             new_flows = (rate, burst)
         section.reject_unknown()
         return SessionSettings(timeouts, linger, to_cpu, new_flows)
-
-
-# -- converters --------------------------------------------------------------------------------
-
-
-def _opt(reader: Reader, key: str, convert: Callable[[Any], T]) -> T | None:
-    """An optional field: None when absent."""
-    return reader.get(key, convert) if reader.has(key) else None
-
-
-def _member_id(name: str) -> int:
-    """A stable action-profile member id per SPM name (so that policy versions agree)."""
-    return 1 + int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big") % 0x7FFFFFFE
-
-
-def _list_of(convert: Callable[[Any], Any]) -> Callable[[Any], list[Any]]:
-    def inner(value: Any) -> list[Any]:
-        if not isinstance(value, list):
-            value = [value]
-        return [convert(v) for v in value]
-
-    return inner
-
-
-def _network(value: Any) -> ipaddress.IPv4Network:
-    try:
-        return ipaddress.IPv4Network(as_str(value), strict=True)
-    except ValueError as error:
-        raise ValueError(f"not an IPv4 prefix (host bits must be zero): {error}") from None
-
-
-def _positive(value: Any) -> int:
-    number = as_int(value)
-    if number <= 0:
-        raise ValueError(f"expected a positive integer, got {number}")
-    return number
-
-
-def _positive_float(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ValueError(f"expected a positive number of seconds, got {value!r}")
-    return float(value)
-
-
-def _non_negative_float(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ValueError(f"expected a number of seconds >= 0, got {value!r}")
-    return float(value)
-
-
-def _port_number(value: Any) -> int:
-    number = as_int(value)
-    if not 1 <= number <= 65535:
-        raise ValueError(f"port {number} is not 1..65535")
-    return number
-
-
-def _dp_block(value: Any) -> int | None:
-    """data_plane_ports: the first port of the NPM's block of NAT_DP_PORTS, or off."""
-    if value is False or value == "off":
-        return None
-    base = as_int(value)
-    if not 1 <= base <= 65536 - NAT_DP_PORTS:
-        raise ValueError(
-            f"the block of {NAT_DP_PORTS} ports from {base} does not fit in 1..65535 "
-            f"(at most {65536 - NAT_DP_PORTS}; or 'off')"
-        )
-    return base
-
-
-def _port_range(value: Any) -> tuple[int, int]:
-    if isinstance(value, list) and len(value) == 2:
-        low, high = as_int(value[0]), as_int(value[1])
-    elif isinstance(value, str) and "-" in value:
-        left, _, right = value.partition("-")
-        if not (left.strip().isdigit() and right.strip().isdigit()):
-            raise ValueError(f"expected LOW-HIGH, got {value!r}")
-        low, high = int(left), int(right)
-    else:
-        raise ValueError(f"expected LOW-HIGH or [LOW, HIGH], got {value!r}")
-    if not 1 <= low <= high <= 65535:
-        raise ValueError(f"port range {low}-{high} is not within 1..65535 in order")
-    return low, high
-
-
-def _ports(value: Any) -> tuple[PortRange, ...] | None:
-    items = value if isinstance(value, list) else [value]
-    out: list[PortRange] = []
-    for item in items:
-        if item == "any":
-            return None
-        if isinstance(item, int) and not isinstance(item, bool):
-            low = high = item
-        elif isinstance(item, str):
-            sep = "-" if "-" in item else ":"
-            left, _, right = item.partition(sep)
-            if not left.strip().isdigit() or (right and not right.strip().isdigit()):
-                raise ValueError(f"expected a port, LOW-HIGH or any, got {item!r}")
-            low = int(left)
-            high = int(right) if right else low
-        else:
-            raise ValueError(f"expected a port, LOW-HIGH or any, got {item!r}")
-        if not 0 <= low <= high <= 65535:
-            raise ValueError(f"port range {low}-{high} is not within 0..65535 in order")
-        out.append(PortRange(low, high))
-    if not out:
-        raise ValueError("an empty list matches nothing; leave the field out for any")
-    return tuple(out)
-
-
-def _protocols(value: Any) -> tuple[ProtoMatch, ...] | None:
-    items = value if isinstance(value, list) else [value]
-    out: list[ProtoMatch] = []
-    for item in items:
-        if item in ("any", "ip"):
-            return None
-        if isinstance(item, int) and not isinstance(item, bool) and 0 <= item <= 255:
-            out.append(ProtoMatch(item))
-        elif isinstance(item, str) and item.lower() in PROTOCOL_NUMBERS:
-            out.append(ProtoMatch(PROTOCOL_NUMBERS[item.lower()]))
-        else:
-            known = ", ".join(sorted(PROTOCOL_NUMBERS))
-            raise ValueError(f"unknown protocol {item!r} (known: any, {known}, or 0..255)")
-    if not out:
-        raise ValueError("an empty list matches nothing; leave the field out for any")
-    return tuple(out)
-
-
-def _to_prefixes(nets: Sequence[ipaddress.IPv4Network] | None) -> tuple[Prefix, ...]:
-    if nets is None:
-        return (Prefix(0, 0),)
-    return tuple(Prefix(int(n.network_address), n.prefixlen) for n in nets)
-
-
-def _str_or_list(value: Any) -> list[str]:
-    items = value if isinstance(value, list) else [value]
-    return [as_str(str(v)) for v in items]
-
-
-def _snort_value(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else "[" + ",".join(items) + "]"
