@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from spm.ips.options import (
+from spm.ips.option_types import (
     BufferLen,
     ByteJump,
     ByteTest,

@@ -36,17 +36,15 @@ from spm.flow import Direction, Flow
 from spm.ips.base import RuleMatch
 from spm.ips.detect import Buffers, match_payload
 from spm.ips.header import Header, compile_header
-from spm.ips.options import (
+from spm.ips.option_types import (
     HTTP_REQUEST_BUFFERS,
     HTTP_RESPONSE_BUFFERS,
     PKT_DATA,
     CompiledRule,
-    LoadReport,
     RawRuleLike,
     UnsupportedOptionError,
-    UnsupportedRule,
-    compile_rule,
 )
+from spm.ips.options import LoadReport, UnsupportedRule, compile_rule
 from spm.packet import Packet
 
 LOG = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from opengate.errors import ConfigError
 from opengate.fields import ANY_ADDR, Intervals
 from opengate.snort.header import SnortVariables, addresses, ports
-from spm.ips.options import UnsupportedOptionError
+from spm.ips.option_types import UnsupportedOptionError
 
 _FULL_PORTS: Intervals = ((0, 0xFFFF),)
 

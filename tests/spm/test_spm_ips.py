@@ -11,12 +11,8 @@ from opengate.snort.rules import RawRule, parse_rule, parse_rules_file
 from spm.config import IpsConfig, SpmConfig
 from spm.ips.engine import BuiltinEngine, RuleSet
 from spm.ips.loader import load_ruleset
-from spm.ips.options import (
-    UnsupportedOptionError,
-    compile_rule,
-    pcre_to_python,
-    swap_greediness,
-)
+from spm.ips.option_types import UnsupportedOptionError
+from spm.ips.options import compile_rule, pcre_to_python, swap_greediness
 from spm.verdict import Alert, Verdict
 from spm.worker import Worker
 from tests.spm.spm_packets import TcpConversation, http_get, http_response, udp
