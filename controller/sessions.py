@@ -132,11 +132,6 @@ class Session:
         )
 
 
-def _reversed(key: FlowKey) -> FlowKey:
-    src, dst, proto, sport, dport = key
-    return (dst, src, proto, dport, sport)
-
-
 def reply_key(key: FlowKey, nat_kind: int, nat_addr: int, nat_port: int) -> FlowKey:
     """The reply direction's key: the reverse of the original's tuple after NAT."""
     src, dst, proto, sport, dport = key
@@ -676,7 +671,7 @@ class SessionManager:
         remove_now: list[Session] = []
         linger = self.policy.sessions.closing_linger
         for npm, key, flags in closes:
-            session, original = self._closed_session(npm, key)
+            session = self.index.get((npm, key))
             if session is None:
                 if remember and flags & (pc.TCP_FLAG_FIN | pc.TCP_FLAG_RST):
                     self._remember_close(npm, key, flags, now)
@@ -687,7 +682,7 @@ class SessionManager:
                 remove_now.append(session)
                 continue
             if flags & pc.TCP_FLAG_FIN:
-                session.fins |= FIN_ORIGINAL if original else FIN_REPLY
+                session.fins |= FIN_ORIGINAL if key == session.key else FIN_REPLY
                 if session.fins == FIN_ORIGINAL | FIN_REPLY and session.close_at is None:
                     session.close_at = now + linger
                     if session.state == ACTIVE:
@@ -697,20 +692,6 @@ class SessionManager:
             self.remove(dict.fromkeys(remove_now), "rst")
         if linger == 0:
             self.on_tick(now)
-
-    def _closed_session(self, npm: str, key: FlowKey) -> tuple[Session | None, bool]:
-        """The session a FIN/RST report names, and whether it came in the original direction.
-        The report keys the packet as it left the pipeline, after any NAT: the original
-        direction rewritten (public source) is the reply key reversed, and the reply rewritten
-        back (inside destination) is the original key reversed."""
-        session = self.index.get((npm, key))
-        if session is not None:
-            return session, key == session.key
-        reverse = _reversed(key)
-        session = self.index.get((npm, reverse))
-        if session is None or session.nat_kind == pc.NAT_NONE:
-            return None, False
-        return session, reverse == session.reply
 
     def _remember_close(self, npm: str, key: FlowKey, flags: int, now: float) -> None:
         early = self._early_closes
@@ -731,10 +712,7 @@ class SessionManager:
         now = time.monotonic()
         closes: list[tuple[str, FlowKey, int]] = []
         for session in created:
-            keys = [session.key, session.reply]
-            if session.nat_kind != pc.NAT_NONE:  # reported after NAT (see _closed_session)
-                keys += [_reversed(session.reply), _reversed(session.key)]
-            for key in keys:
+            for key in (session.key, session.reply):
                 early = self._early_closes.pop((session.npm, key), None)
                 if early is not None and now - early[1] <= EARLY_CLOSE_SECONDS:
                     closes.append((session.npm, key, early[0]))

@@ -45,18 +45,18 @@ control V1Ingress(inout headers_t hdr, inout local_metadata_t meta,
         } else {
             sm.egress_spec = meta.egress_port;
             if (meta.send_session_request == 1) {
-                // The key as the packet arrived: the data plane may have masqueraded it.
+                // Keys as the packet arrived: the data plane may have rewritten it since.
                 digest<session_request_t>(1, {
-                    meta.req_src, hdr.ipv4.dst_addr, hdr.ipv4.protocol,
-                    meta.req_sport, meta.l4_dport, meta.ingress_port, meta.acl_rule,
+                    meta.key_src, meta.key_dst, hdr.ipv4.protocol,
+                    meta.key_sport, meta.key_dport, meta.ingress_port, meta.acl_rule,
                     meta.ids_class, meta.spm_port, meta.spm_mac, meta.nat_addr, meta.nat_port
                 });
             }
         }
         if (meta.send_session_close == 1) {
             digest<session_close_t>(2, {
-                hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol,
-                meta.l4_sport, meta.l4_dport, meta.tcp_flags
+                meta.key_src, meta.key_dst, hdr.ipv4.protocol,
+                meta.key_sport, meta.key_dport, meta.tcp_flags
             });
         }
     }

@@ -121,15 +121,15 @@ control TnaIngressDeparser(packet_out pkt, inout tna_headers_t hdr, in local_met
         }
         if (ig_dprsr_md.digest_type == DIGEST_SESSION_REQUEST) {
             session_request.pack({
-                hdr.og.ipv4.src_addr, hdr.og.ipv4.dst_addr, hdr.og.ipv4.protocol,
-                meta.l4_sport, meta.l4_dport, meta.ingress_port, meta.acl_rule,
+                meta.key_src, meta.key_dst, hdr.og.ipv4.protocol,
+                meta.key_sport, meta.key_dport, meta.ingress_port, meta.acl_rule,
                 meta.ids_class, meta.spm_port, meta.spm_mac
             });
         }
         if (ig_dprsr_md.digest_type == DIGEST_SESSION_CLOSE) {
             session_close.pack({
-                hdr.og.ipv4.src_addr, hdr.og.ipv4.dst_addr, hdr.og.ipv4.protocol,
-                meta.l4_sport, meta.l4_dport, meta.tcp_flags
+                meta.key_src, meta.key_dst, hdr.og.ipv4.protocol,
+                meta.key_sport, meta.key_dport, meta.tcp_flags
             });
         }
         pkt.emit(hdr.bridged);

@@ -163,6 +163,12 @@ struct local_metadata_t {
     // Parsed view.
     l4_port_t   l4_sport;            // TCP/UDP port; ICMP echo request: identifier
     l4_port_t   l4_dport;            // TCP/UDP port; ICMP echo reply: identifier
+    // The flow key as the packet arrived, before any NAT: what the digests report (the
+    // controller indexes a session by each direction's key as it arrives).
+    ipv4_addr_t key_src;
+    ipv4_addr_t key_dst;
+    l4_port_t   key_sport;
+    l4_port_t   key_dport;
     bit<8>      tcp_flags;
 
     // Why each step would drop the packet (0: it would not). A step writes only its own field and
@@ -206,8 +212,6 @@ struct local_metadata_t {
     bit<1>       dp_nat_reverse;     // a reply that NatReverse translated by its flow's slot
     flow_slot_t  dp_nat_slot;        // ...that slot
     bit<1>       dp_snat;            // SessionSetup set a masquerade rewrite: apply it after
-    ipv4_addr_t  req_src;            // the opening packet's source as it arrived (the digest's
-    l4_port_t    req_sport;          // key, even when the data plane rewrites it)
 
     // Classification (HSM / IPP).
     bit<1>        classifier_version;

@@ -51,6 +51,10 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
             if (hdr.arp.isValid()) {
                 arp.apply(hdr, meta);
             } else if (hdr.ipv4.isValid()) {
+                meta.key_src = hdr.ipv4.src_addr;
+                meta.key_dst = hdr.ipv4.dst_addr;
+                meta.key_sport = meta.l4_sport;
+                meta.key_dport = meta.l4_dport;
                 classify.apply(hdr, meta);
                 steering.apply(hdr, meta);
                 // Back from an SPM with NAT already done: the 5-tuple is post-NAT; just route.

@@ -158,7 +158,19 @@ class MasqueradedWithoutTheController(DataPlaneNatTest):
         testutils.verify_no_other_packets(self)
         self.assertIsNone(self.client.get_packet_in(timeout=0.2), "a packet-in")
         self.assertEqual(self.drain_digests(), 0, "only the opening packet is reported")
-        self.wait_events(pc.FLOW_EVENT_HIT, 2)
+        # A FIN is reported with the key it arrived with, not the rewritten one.
+        self.enable_digest(pc.D_SESSION_CLOSE_T)
+        fin = refresh(tcp_packet(flags="FA"))
+        testutils.send_packet(self, INSIDE, bytes(fin))
+        testutils.verify_packet(
+            self, routed(masqueraded(fin, port), OUTSIDE, HOST_OUT_MAC), OUTSIDE
+        )
+        record = self.next_digest(pc.D_SESSION_CLOSE_T)
+        self.assertEqual(
+            (record["ipv4_src"], record["l4_sport"], record["ipv4_dst"], record["l4_dport"]),
+            (ip(HOST_IN), 40000, ip(HOST_OUT), 80),
+        )
+        self.wait_events(pc.FLOW_EVENT_HIT, 3)
         self.assertEqual(self.events(pc.FLOW_EVENT_NAT_CREATED), 1)
         self.assertEqual(self.events(pc.FLOW_EVENT_NAT_REVERSE), 1)
 

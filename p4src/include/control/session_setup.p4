@@ -58,7 +58,7 @@ OG_REGISTER(bit<64>, flow_nat, NAT_DP_SLOTS);
 OG_COUNTER(flow_event_counter, FLOW_EVENT_COUNT);
 #endif
 
-// Before routing, for every IPv4 packet: the slot lifetimes of its protocol, and the slot of a
+// Before routing, for every TCP, UDP and ICMP echo packet: the slot lifetimes of its protocol, and the slot of a
 // flow the data plane masqueraded, found by its public port (the slot's index). Without an exact
 // entry, a reply is translated back here; with one, either direction keeps the slot alive (the
 // controller's entries use its port), and once they are gone the slot is retired.
@@ -104,7 +104,13 @@ control NatReverse(inout headers_t hdr, inout local_metadata_t meta) {
 
     apply {
 #ifdef OG_DP_SESSIONS
-        flow_ageing.apply();
+        // Only the packets a slot can hold (TCP, UDP, ICMP echo) need lifetimes or a slot.
+        bool l4 = hdr.tcp.isValid() || hdr.udp.isValid()
+            || (hdr.icmp.isValid() && (hdr.icmp.icmp_type == ICMP_ECHO_REQUEST
+                                       || hdr.icmp.icmp_type == ICMP_ECHO_REPLY));
+        if (l4) {
+            flow_ageing.apply();
+        }
         // The public end of the packet's flow, if the data plane masqueraded it: a packet of the
         // original direction carried by its exact entry is to be rewritten to it; any other
         // packet (a reply) is sent to it.
@@ -115,10 +121,7 @@ control NatReverse(inout headers_t hdr, inout local_metadata_t meta) {
             meta.dp_public_addr = meta.nat_addr;
             public_port = meta.nat_port;
         }
-        if (meta.returned == 0 && og_admitted(meta)
-                && (hdr.tcp.isValid() || hdr.udp.isValid()
-                    || (hdr.icmp.isValid() && (hdr.icmp.icmp_type == ICMP_ECHO_REQUEST
-                                               || hdr.icmp.icmp_type == ICMP_ECHO_REPLY)))) {
+        if (meta.returned == 0 && og_admitted(meta) && l4) {
             nat_dp_reverse.apply();
         }
         l4_port_t offset = public_port - base;
@@ -250,7 +253,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         if (reverse) {
             slot0 = meta.dp_nat_slot;
             slot1 = meta.dp_nat_slot;
-        } else {
+        } else if (eligible || returned_nat) {
             hash(slot0, HashAlgorithm.crc32, 32w0,
                  { meta.flow_addr_mix, hdr.ipv4.protocol, meta.flow_port_mix },
                  (bit<32>)FLOW_SLOTS);
@@ -371,8 +374,6 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             meta.drop_setup = DROP_CPU_LOOP;
         } else {
             // A permitted opening packet: a new session.
-            meta.req_src = hdr.ipv4.src_addr;
-            meta.req_sport = meta.l4_sport;
             bool nat = meta.snat_required == 1 || meta.dnat_required == 1;
 #ifdef OG_DP_SESSIONS
             meter_color_t color = METER_GREEN;
