@@ -77,6 +77,12 @@ def drops(network: GatewayNetwork) -> dict[str, int]:
     }
 
 
+def drops_since(network: GatewayNetwork, before: dict[str, int]) -> dict[str, int]:
+    """The NPM's drops by reason since `before` (a `drops` reading), reasons that moved only."""
+    after = drops(network)
+    return {k: after[k] - before[k] for k in after if after[k] != before[k]}
+
+
 def flood(network: GatewayNetwork, rate: int, seconds: int, alone_mbps: float) -> dict[str, Any]:
     script = repo_root() / "run" / "bench-flood" / "flooder.py"
     script.parent.mkdir(parents=True, exist_ok=True)
@@ -100,8 +106,7 @@ def flood(network: GatewayNetwork, rate: int, seconds: int, alone_mbps: float) -
     results["api"] = api_times(network, max(1.0, seconds - 3 - 1))
     for thread in threads:
         thread.join()
-    after = drops(network)
-    results["drops"] = {k: after[k] - before[k] for k in after if after[k] != before[k]}
+    results["drops"] = drops_since(network, before)
     results["kept"] = results["mbps"] / alone_mbps if alone_mbps else 0.0
     return results
 

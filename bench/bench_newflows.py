@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any
 
-from bench.bench_flood import FLOODER, OUT1, drops
+from bench.bench_flood import FLOODER, OUT1, drops, drops_since
 from opengate.target import repo_root, select_target
 from topo.model import load_topology, with_controller_nat, without_masquerade
 from topo.net import GatewayNetwork
@@ -101,8 +101,7 @@ def one_rate(network: GatewayNetwork, rate: int, seconds: int, port: int) -> dic
     out["sent"] = int(result.output.split()[-1]) if result.returncode == 0 else 0
     receiver.join()
     out["installed"] = settle(lambda: installed(network)) - before_installed
-    after = drops(network)
-    out["drops"] = {k: after[k] - before_drops[k] for k in after if after[k] != before_drops[k]}
+    out["drops"] = drops_since(network, before_drops)
     settle(lambda: active(network), quiet=2.0)  # the 2 s idle timeout empties the tables
     return out
 

@@ -102,24 +102,20 @@ class DataPlaneNatTest(DataPlaneSessionTest):
 
 
 def masqueraded(packet: Packet, port: int) -> Packet:
-    out = packet.copy()
-    out[IP].src = GW_OUT_IP
-    if TCP in out:
-        out[TCP].sport = port
-    elif UDP in out:
-        out[UDP].sport = port
-    else:
-        out[ICMP].id = port
-    return refresh(out)
+    """`packet` with its source rewritten to GW_OUT_IP:port (ICMP echo: the identifier)."""
+    return _rewritten(packet, GW_OUT_IP, port, source=True)
 
 
 def unmasqueraded(packet: Packet, port: int, dst: str = HOST_IN) -> Packet:
+    """`packet` with its destination rewritten back to dst:port."""
+    return _rewritten(packet, dst, port, source=False)
+
+
+def _rewritten(packet: Packet, address: str, port: int, source: bool) -> Packet:
     out = packet.copy()
-    out[IP].dst = dst
-    if TCP in out:
-        out[TCP].dport = port
-    elif UDP in out:
-        out[UDP].dport = port
+    setattr(out[IP], "src" if source else "dst", address)
+    if TCP in out or UDP in out:
+        setattr(out[TCP] if TCP in out else out[UDP], "sport" if source else "dport", port)
     else:
         out[ICMP].id = port
     return refresh(out)

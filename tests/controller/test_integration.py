@@ -113,6 +113,29 @@ def real_lab(request: pytest.FixtureRequest, tmp_path: Path, lab: Path) -> Itera
                 wire.close()
 
 
+def _udp_out() -> Ether:
+    """h1:5000 -> out1:7777, as h1 sends it to the gateway."""
+    return (
+        Ether(src=H1_MAC, dst=GW_IN_MAC)
+        / IP(src=H1, dst=OUT1, ttl=64)
+        / UDP(sport=5000, dport=7777)
+        / b"hello"
+    )
+
+
+def _answer_reaches_h1(lab: Lab, nat_port: int) -> None:
+    """out1 answers the masqueraded flow on `nat_port`; h1 gets it un-NATed."""
+    back = (
+        Ether(src=OUT1_MAC, dst=GW_OUT_MAC)
+        / IP(src=OUT1, dst=GW_OUT)
+        / UDP(sport=7777, dport=nat_port)
+        / b"world"
+    )
+    lab.wires[2].send(bytes(back))
+    reply = lab.wires[1].expect(lambda f: f.haslayer(UDP) and f[UDP].sport == 7777)
+    assert (reply[IP].dst, reply[UDP].dport, reply[Ether].dst) == (H1, 5000, H1_MAC)
+
+
 def _count(lab: Lab) -> int:
     sessions = lab.controller.sessions
     assert sessions is not None
@@ -123,12 +146,7 @@ def _count(lab: Lab) -> int:
 def test_masquerade_session_through_packet_in_and_reinjection(real_lab: Lab) -> None:
     """The opening packet goes to the CPM, which allocates the binding, installs both
     directions and re-injects it: it leaves masqueraded, and the reply comes back un-NATed."""
-    out = (
-        Ether(src=H1_MAC, dst=GW_IN_MAC)
-        / IP(src=H1, dst=OUT1, ttl=64)
-        / UDP(sport=5000, dport=7777)
-        / b"hello"
-    )
+    out = _udp_out()
     real_lab.wires[1].send(bytes(out))
     seen = real_lab.wires[2].expect(lambda f: f.haslayer(UDP) and f[UDP].dport == 7777)
     assert (seen[Ether].src, seen[Ether].dst) == (GW_OUT_MAC, OUT1_MAC)
@@ -136,15 +154,7 @@ def test_masquerade_session_through_packet_in_and_reinjection(real_lab: Lab) -> 
     nat_port = seen[UDP].sport
     assert 20000 <= nat_port <= 20009
     assert bytes(seen[UDP].payload)[:5] == b"hello"
-    back = (
-        Ether(src=OUT1_MAC, dst=GW_OUT_MAC)
-        / IP(src=OUT1, dst=GW_OUT)
-        / UDP(sport=7777, dport=nat_port)
-        / b"world"
-    )
-    real_lab.wires[2].send(bytes(back))
-    reply = real_lab.wires[1].expect(lambda f: f.haslayer(UDP) and f[UDP].sport == 7777)
-    assert (reply[IP].dst, reply[UDP].dport, reply[Ether].dst) == (H1, 5000, H1_MAC)
+    _answer_reaches_h1(real_lab, nat_port)
     assert _count(real_lab) == 1
 
 
@@ -159,26 +169,13 @@ def test_masquerade_by_the_data_plane_then_installed(real_lab: Lab) -> None:
     block (no packet-in); the reply comes back un-NATed; the CPM learns the binding from the
     digest, installs the entries with it and records it in the database; later packets keep
     the port."""
-    out = (
-        Ether(src=H1_MAC, dst=GW_IN_MAC)
-        / IP(src=H1, dst=OUT1, ttl=64)
-        / UDP(sport=5000, dport=7777)
-        / b"hello"
-    )
+    out = _udp_out()
     real_lab.wires[1].send(bytes(out))
     seen = real_lab.wires[2].expect(lambda f: f.haslayer(UDP) and f[UDP].dport == 7777)
     assert (seen[IP].src, seen[IP].dst, seen[IP].ttl) == (GW_OUT, OUT1, 63)
     nat_port = seen[UDP].sport
     assert DP_BASE <= nat_port < DP_BASE + 16384
-    back = (
-        Ether(src=OUT1_MAC, dst=GW_OUT_MAC)
-        / IP(src=OUT1, dst=GW_OUT)
-        / UDP(sport=7777, dport=nat_port)
-        / b"world"
-    )
-    real_lab.wires[2].send(bytes(back))
-    reply = real_lab.wires[1].expect(lambda f: f.haslayer(UDP) and f[UDP].sport == 7777)
-    assert (reply[IP].dst, reply[UDP].dport, reply[Ether].dst) == (H1, 5000, H1_MAC)
+    _answer_reaches_h1(real_lab, nat_port)
     sessions = real_lab.controller.sessions
     assert sessions is not None
     wait_until("the session installed", lambda: _count(real_lab) == 1, timeout=5)
