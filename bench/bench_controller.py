@@ -4,7 +4,8 @@ time from the first packet or the digest to both directions installed.
     python -m bench.bench_controller            # every target this machine can run
     python -m bench.bench_controller --quick    # smaller runs
 
-Targets: the in-process fake switch (the controller's own ceiling: no data plane), the built-in
+Targets: the built-in switch's P4Runtime server with no ports, its digests injected (the
+controller against a real switch's Write path, without a data plane's packet rate), the built-in
 software switch, and BMv2 when `simple_switch_grpc` is installed. On a real switch, the install
 rate is measured with session requests fed straight to the controller's event bus (the data
 plane cannot generate digests faster than it forwards), and the latency with real opening
@@ -33,13 +34,13 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from controller import events as ev
-from controller.fakeswitch import FakeP4RuntimeServer
 from controller.npm import NpmAddress
 from controller.runtime import Controller, ControllerOptions
 from opengate import p4constants as pc
 from opengate.netutil import require_root, veth_pairs
 from opengate.switch import running_switch
 from opengate.target import Target, TargetChoice, TargetError, repo_root, select_target
+from tests.switch_double import SwitchDouble
 
 POLICY = repo_root() / "controller" / "examples" / "gateway.yaml"
 H1, H2, OUT1 = 0x0A00010A, 0x0A00010B, 0xC6336414
@@ -125,39 +126,40 @@ def _burst(controller: Controller, count: int, inject: Callable[[int, int], None
     return _wait_count(controller, base + count, 300) - started
 
 
-def _fake_switch_process(port: int, commands: Connection) -> None:
-    """The fake switch in a process of its own (so that it does not share the controller's
-    interpreter), injecting digests when told: ("burst", start, end), ("steady", count, rate)."""
+def _injecting_switch_process(port: int, commands: Connection) -> None:
+    """The switch double (the built-in switch's P4Runtime server, no ports) in a process of its
+    own (so that it does not share the controller's interpreter), injecting digests when told:
+    ("burst", start, end), ("steady", count, rate)."""
     logging.basicConfig(level=logging.ERROR)
-    with FakeP4RuntimeServer(port=port) as fake:
-        commands.send(("ready", fake.port))
+    with SwitchDouble(port=port) as switch:
+        commands.send(("ready", switch.port))
         while True:
             command = commands.recv()
             if command[0] == "stop":
-                commands.send(("writes", len(fake.writes)))
+                commands.send(("writes", len(switch.writes)))
                 return
             if command[0] == "burst":
                 _, start, end = command
                 for first in range(start, end, 256):
                     records = [_request(i) for i in range(first, min(end, first + 256))]
-                    fake.inject_digest(pc.D_SESSION_REQUEST_T, records)
+                    switch.inject_digest(pc.D_SESSION_REQUEST_T, records)
             elif command[0] == "steady":
                 _, count, rate = command
                 next_send = time.perf_counter()
                 for flow in range(count):
                     while time.perf_counter() < next_send:
                         time.sleep(0.0005)
-                    fake.inject_digest(pc.D_SESSION_REQUEST_T, [_request(1_000_000 + flow)])
+                    switch.inject_digest(pc.D_SESSION_REQUEST_T, [_request(1_000_000 + flow)])
                     next_send += 1.0 / rate
             commands.send(("done",))
 
 
-def bench_fake(count: int, folder: Path, steady: int) -> Result:
-    """Digests over a real gRPC stream from a switch that only stores entries: the controller's
-    own ceiling."""
+def bench_injected(count: int, folder: Path, steady: int) -> Result:
+    """Digests over a real gRPC stream from a switch with no ports: the controller's rate when
+    digests arrive faster than any data plane here makes them."""
     ours, theirs = multiprocessing.Pipe()
     process = multiprocessing.get_context("spawn").Process(
-        target=_fake_switch_process, args=(0, theirs), daemon=True
+        target=_injecting_switch_process, args=(0, theirs), daemon=True
     )
     process.start()
     try:
@@ -190,7 +192,8 @@ def bench_fake(count: int, folder: Path, steady: int) -> Result:
         process.join(timeout=10)
         if process.is_alive():
             process.kill()
-    return Result("fake switch (controller only)", count, seconds, writes, latencies, [], [])
+    target = "built-in switch, no ports (digests injected)"
+    return Result(target, count, seconds, writes, latencies, [], [])
 
 
 def bench_target(choice: TargetChoice, count: int, folder: Path, packets: int) -> Result:
@@ -297,8 +300,8 @@ def report(results: list[Result]) -> None:
     print()
     print(
         "Burst: that many session requests at once, installed in batched Writes (up to 4,096 "
-        "updates each) and stored in SQLite; from the fake switch (a separate process) they "
-        "arrive as digest lists of 256 records on the P4Runtime stream, on the real switches "
+        "updates each) and stored in SQLite; from the switch with no ports (a separate process) "
+        "they arrive as digest lists of 256 records on the P4Runtime stream, on the real switches "
         "they are fed to the event bus (a data plane cannot generate digests that fast). "
         "Latencies at a steady 100-200 requests/s: from the "
         "digest leaving the switch's stream (or the packet leaving the veth) to both directions "
@@ -322,8 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="og-bench-") as tmp:
         folder = Path(tmp)
-        (folder / "fake").mkdir()
-        results.append(bench_fake(int(20000 * scale), folder / "fake", int(500 * scale)))
+        (folder / "switch").mkdir()
+        results.append(bench_injected(int(20000 * scale), folder / "switch", int(500 * scale)))
         choices: list[TargetChoice] = []
         for name in ("soft", "bmv2"):
             try:

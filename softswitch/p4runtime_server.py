@@ -512,8 +512,10 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
 class P4RuntimeServer:
     """The gRPC server; `start()` returns once the port accepts connections."""
 
-    def __init__(self, switch: Switch, address: str) -> None:
-        self.service = P4RuntimeService(switch)
+    def __init__(
+        self, switch: Switch, address: str, service: P4RuntimeService | None = None
+    ) -> None:
+        self.service = service if service is not None else P4RuntimeService(switch)
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="p4rt")
         )

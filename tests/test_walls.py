@@ -1,5 +1,7 @@
 """The walls between the project's rooms (DESIGN.md): the SPM and the software switch share no code
-with the CPM but the common package, and the common package depends on none of them."""
+with the CPM but the common package, the CPM reaches switches only through P4Runtime (it imports no
+switch), the common package depends on none of them, and no production room imports the tests'
+doubles."""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 # room -> packages it must never import
 FORBIDDEN = {
-    "spm": {"controller", "softswitch"},
-    "softswitch": {"controller", "spm", "opengate"},
-    "opengate": {"controller", "spm", "softswitch"},
+    "controller": {"softswitch", "spm", "tests"},
+    "spm": {"controller", "softswitch", "tests"},
+    "softswitch": {"controller", "spm", "opengate", "tests"},
+    "opengate": {"controller", "spm", "softswitch", "tests"},
 }
 
 

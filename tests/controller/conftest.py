@@ -1,5 +1,5 @@
-"""Fixtures for the controller tests: the in-process fake switch, a lab policy in a temporary
-folder, and controllers that are always stopped."""
+"""Fixtures for the controller tests: the switch double (the built-in switch's P4Runtime server
+with no ports), a lab policy in a temporary folder, and controllers that are always stopped."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from controller.fakeswitch import FakeP4RuntimeServer
 from controller.npm import NpmAddress
 from controller.runtime import Controller, ControllerOptions
+from tests.switch_double import SwitchDouble
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -31,8 +31,8 @@ def wait_until(what: str, condition: Callable[[], Any], timeout: float = 5.0) ->
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeP4RuntimeServer]:
-    with FakeP4RuntimeServer() as server:
+def switch() -> Iterator[SwitchDouble]:
+    with SwitchDouble() as server:
         yield server
 
 
@@ -54,7 +54,7 @@ def make_controller(tmp_path: Path, lab: Path) -> Iterator[ControllerFactory]:
     started: list[Controller] = []
 
     def make(
-        *servers: FakeP4RuntimeServer | str,
+        *servers: SwitchDouble | str,
         policy: Path | None = lab,
         db_url: str | None = None,
         election_id: int = 10,

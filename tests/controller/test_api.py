@@ -13,21 +13,21 @@ import pytest
 
 from controller.api import ApiServer
 from controller.cli import register
-from controller.fakeswitch import FakeP4RuntimeServer
 from controller.runtime import Controller
 from opengate import p4constants as pc
 from opengate.errors import ConfigError
 from tests.controller.conftest import ControllerFactory, wait_until
 from tests.controller.flows import H1, H2, OUT1, SPM1_MAC, key, request
+from tests.switch_double import SwitchDouble
 
 TOKEN = "s3cret-token"
 
 
 @pytest.fixture
 def served(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> Iterator[tuple[Controller, httpx.Client]]:
-    controller = make_controller(fake)
+    controller = make_controller(switch)
     api = ApiServer(controller, "127.0.0.1", 0, TOKEN)
     api.start()
     try:
@@ -111,14 +111,14 @@ def test_load_reports_are_validated(served: tuple[Controller, httpx.Client]) -> 
 
 
 def test_drop_alert_blocks_the_flow_and_is_stored(
-    served: tuple[Controller, httpx.Client], fake: FakeP4RuntimeServer
+    served: tuple[Controller, httpx.Client], switch: SwitchDouble
 ) -> None:
     controller, client = served
     flow = key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 80)
-    fake.inject_digest(
+    switch.inject_digest(
         pc.D_SESSION_REQUEST_T, [request(flow, ids_class=1, spm_port=3, spm_mac=SPM1_MAC)]
     )
-    wait_until("the session", lambda: len(fake.table_entries(pc.T_SESSION)) == 2)
+    wait_until("the session", lambda: len(switch.table_entries(pc.T_SESSION)) == 2)
     alert = {
         "ts": "2026-01-01T00:00:00Z",
         "sid": 1000001,
@@ -136,7 +136,7 @@ def test_drop_alert_blocks_the_flow_and_is_stored(
     schema = controller.npms["npm1"].schema
     actions = {
         schema.actions.get_id(e.action.action.action_id).name
-        for e in fake.table_entries(pc.T_SESSION)
+        for e in switch.table_entries(pc.T_SESSION)
     }
     assert actions == {pc.A_SESSION_BLOCK}
     (stored,) = client.get("/api/v1/alerts").json()["alerts"]
@@ -150,19 +150,19 @@ def test_drop_alert_blocks_the_flow_and_is_stored(
 
 
 def test_bypass_follows_the_class(
-    served: tuple[Controller, httpx.Client], fake: FakeP4RuntimeServer
+    served: tuple[Controller, httpx.Client], switch: SwitchDouble
 ) -> None:
     _, client = served
     bulk = key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 5201)  # class 2 allows bypass
     web = key(H2, OUT1, pc.IP_PROTO_TCP, 40001, 80)  # class 1 does not
-    fake.inject_digest(
+    switch.inject_digest(
         pc.D_SESSION_REQUEST_T,
         [
             request(bulk, ids_class=2, spm_port=3, spm_mac=SPM1_MAC),
             request(web, ids_class=1, spm_port=3, spm_mac=SPM1_MAC),
         ],
     )
-    wait_until("the sessions", lambda: len(fake.table_entries(pc.T_SESSION)) == 4)
+    wait_until("the sessions", lambda: len(switch.table_entries(pc.T_SESSION)) == 4)
 
     def flow(k: tuple[int, int, int, int, int], src: str, dst: str) -> dict[str, object]:
         return {"proto": 6, "src": src, "dst": dst, "sport": k[3], "dport": k[4]}
@@ -220,7 +220,7 @@ def _cli(argv: list[str]) -> int:
 
 def test_cli_client_commands(
     served: tuple[Controller, httpx.Client],
-    fake: FakeP4RuntimeServer,
+    switch: SwitchDouble,
     lab: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -229,8 +229,8 @@ def test_cli_client_commands(
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     common = ["--api", str(client.base_url), "--token-file", str(token_file)]
-    fake.inject_digest(pc.D_SESSION_REQUEST_T, [request(key(H1, OUT1, 6, 40000, 80))])
-    wait_until("the session", lambda: len(fake.table_entries(pc.T_SESSION)) == 2)
+    switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(key(H1, OUT1, 6, 40000, 80))])
+    wait_until("the session", lambda: len(switch.table_entries(pc.T_SESSION)) == 2)
     assert _cli(["status", *common]) == 0
     out = capsys.readouterr().out
     assert "policy: version 1 (lab," in out and "npm1" in out and "primary" in out

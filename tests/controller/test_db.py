@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from controller.db import Database
-from controller.fakeswitch import FakeP4RuntimeServer
 from opengate import p4constants as pc
 from tests.controller.conftest import ControllerFactory
 from tests.controller.flows import H1, OUT1, key, request
 from tests.controller.postgres import missing_reason, postgres_server
+from tests.switch_double import SwitchDouble
 
 
 @pytest.fixture(scope="module")
@@ -117,15 +117,15 @@ def test_database_round_trips(db_url: str) -> None:
 
 
 def test_controller_on_the_database_survives_a_restart(
-    db_url: str, fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    db_url: str, switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    first = make_controller(fake, db_url=db_url)
-    fake.inject_digest(pc.D_SESSION_REQUEST_T, [request(key(H1, OUT1, 6, 40000, 80))])
+    first = make_controller(switch, db_url=db_url)
+    switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(key(H1, OUT1, 6, 40000, 80))])
     from tests.controller.conftest import wait_until
 
     wait_until("the session stored", lambda: first.db.session_count() == 1)
     first.stop()
-    second = make_controller(fake, db_url=db_url)
+    second = make_controller(switch, db_url=db_url)
     assert second.states["npm1"].last_sync["sessions"]["adopted"] == 1
     assert second.policy_version == 1
     assert second.db.dialect == ("postgresql" if db_url.startswith("postgresql") else "sqlite")

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import httpx
 
-from controller.fakeswitch import FakeP4RuntimeServer
 from opengate import p4constants as pc
 from opengate.netutil import free_tcp_port, wait_for_port
 from opengate.target import repo_root
 from tests.controller.conftest import wait_until
+from tests.switch_double import SwitchDouble
 
 # Until opengate/cli.py lists the controller module, register it here (harmless afterwards).
 LAUNCH = (
@@ -26,13 +26,13 @@ LAUNCH = (
 
 
 def test_controller_process_serves_the_api_and_stops_on_sigterm(
-    fake: FakeP4RuntimeServer, lab: Path, tmp_path: Path
+    switch: SwitchDouble, lab: Path, tmp_path: Path
 ) -> None:
     port = free_tcp_port()
     token_file = tmp_path / "token"
     argv = [
         sys.executable, "-c", LAUNCH, "--log-level", "info", "controller", "run",
-        "--policy", str(lab), "--npm", f"npm1={fake.address},1", "--api", f"127.0.0.1:{port}",
+        "--policy", str(lab), "--npm", f"npm1={switch.address},1", "--api", f"127.0.0.1:{port}",
         "--token-file", str(token_file), "--state-dir", str(tmp_path / "state"),
     ]  # fmt: skip
     log = tmp_path / "controller.log"
@@ -50,10 +50,10 @@ def test_controller_process_serves_the_api_and_stops_on_sigterm(
 
         wait_until("the controller to be the primary", lambda: role() == "primary", timeout=20)
         assert httpx.get(url, timeout=10).status_code == 401
-        entries = len(fake.table_entries(pc.T_PORT_ROLE))
+        entries = len(switch.table_entries(pc.T_PORT_ROLE))
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0, log.read_text()[-3000:]
-        assert len(fake.table_entries(pc.T_PORT_ROLE)) == entries == 4
+        assert len(switch.table_entries(pc.T_PORT_ROLE)) == entries == 4
         assert (tmp_path / "state" / "opengate.db").exists()
     finally:
         if process.poll() is None:

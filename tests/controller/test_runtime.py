@@ -1,22 +1,23 @@
-"""The controller process against the fake switch: first start, restart without wiping,
+"""The controller process against the switch double: first start, restart without wiping,
 hitless policy updates that write only the difference, refused policies, standby take-over."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import grpc
 import pytest
-from finsy.proto import p4r, rpc_code
+from finsy.proto import p4r
 
 from controller import events as ev
 from controller.classifier import CLASSIFICATION_TABLES
-from controller.fakeswitch import FakeP4RuntimeServer
 from controller.policy import load_policy
 from controller.runtime import Controller, RequestError
 from opengate import p4constants as pc
 from opengate.entries import Exact, TableEntry
 from tests.controller.conftest import ControllerFactory, wait_until
 from tests.controller.flows import H1, H2, OUT1, key, request
+from tests.switch_double import SwitchDouble
 
 
 def decoded(controller: Controller, entries: list[p4r.TableEntry]) -> set[TableEntry]:
@@ -24,8 +25,8 @@ def decoded(controller: Controller, entries: list[p4r.TableEntry]) -> set[TableE
     return {schema.decode_entry(e) for e in entries}
 
 
-def default_of(controller: Controller, fake: FakeP4RuntimeServer, table: str) -> TableEntry:
-    entry = fake.default_entry(table)
+def default_of(controller: Controller, switch: SwitchDouble, table: str) -> TableEntry:
+    entry = switch.default_entry(table)
     assert entry is not None, f"{table} has no default set"
     return controller.npms["npm1"].schema.decode_entry(entry)
 
@@ -37,78 +38,81 @@ def apply(controller: Controller, path: Path) -> dict[str, object]:
     return result
 
 
-def install_flows(fake: FakeP4RuntimeServer, *flows: tuple[int, int, int, int, int]) -> None:
-    before = len(fake.table_entries(pc.T_SESSION))
-    fake.inject_digest(pc.D_SESSION_REQUEST_T, [request(f) for f in flows])
+def install_flows(switch: SwitchDouble, *flows: tuple[int, int, int, int, int]) -> None:
+    before = len(switch.table_entries(pc.T_SESSION))
+    switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(f) for f in flows])
     wait_until(
-        "the sessions", lambda: len(fake.table_entries(pc.T_SESSION)) == before + 2 * len(flows)
+        "the sessions", lambda: len(switch.table_entries(pc.T_SESSION)) == before + 2 * len(flows)
     )
 
 
 def test_first_start_pushes_the_pipeline_and_the_base_configuration(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    controller = make_controller(fake)
-    assert fake.state.cookie == controller.npms["npm1"].cookie
-    roles = decoded(controller, fake.table_entries(pc.T_PORT_ROLE))
+    controller = make_controller(switch)
+    assert switch.pipeline is not None
+    assert switch.pipeline.cookie == controller.npms["npm1"].cookie
+    roles = decoded(controller, switch.table_entries(pc.T_PORT_ROLE))
     assert {(e.match_dict["ingress_port"], e.params_dict["role"]) for e in roles} == {
         (Exact(1), pc.ROLE_INSIDE),
         (Exact(2), pc.ROLE_OUTSIDE),
         (Exact(3), pc.ROLE_SPM),
         (Exact(4), pc.ROLE_SPM),
     }
-    assert default_of(controller, fake, pc.T_NPM_IDENTITY).params_dict == {"tag_base": 0x0100}
-    assert default_of(controller, fake, pc.T_CLASSIFIER_VERSION).params_dict == {"version": 1}
-    verdict = default_of(controller, fake, pc.T_ACL_VERDICT)
+    assert default_of(controller, switch, pc.T_NPM_IDENTITY).params_dict == {"tag_base": 0x0100}
+    assert default_of(controller, switch, pc.T_CLASSIFIER_VERSION).params_dict == {"version": 1}
+    verdict = default_of(controller, switch, pc.T_ACL_VERDICT)
     assert (verdict.action, verdict.params_dict) == (pc.A_ACL_DENY, {"rule_id": pc.RULE_NONE})
-    tags = {e.match_dict["tag"] for e in decoded(controller, fake.table_entries(pc.T_SPM_RETURN))}
+    tags = {e.match_dict["tag"] for e in decoded(controller, switch.table_entries(pc.T_SPM_RETURN))}
     assert tags == {Exact(0x0100), Exact(0x0101)}
-    groups = list(fake.state.groups.values())
+    groups = [e.action_profile_group for e in switch.entities("action_profile_group")]
     assert [(g.group_id, sorted(m.weight for m in g.members)) for g in groups] == [
         (1, [8, 8]),
         (2, [8]),
     ]
-    assert len(fake.state.digest_configs) == 2
-    assert len(fake.state.meters) == 2  # class 1 (web) and the NAT CPU reason
+    assert len(switch.entities("digest_entry")) == 2
+    meters = [e.meter_entry for e in switch.entities("meter_entry")]
+    configured = {(m.meter_id, m.index.index) for m in meters if m.HasField("config")}
+    assert len(configured) == 2, configured  # class 1 (web) and the NAT CPU reason
 
 
 def test_restart_writes_nothing_when_switch_and_db_agree(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    first = make_controller(fake)
-    install_flows(fake, key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 80))
+    first = make_controller(switch)
+    install_flows(switch, key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 80))
     first.stop()
-    writes = len(fake.writes)
-    second = make_controller(fake)
+    writes = len(switch.writes)
+    second = make_controller(switch)
     assert second.npms["npm1"].pipeline_pushed is False
-    assert len(fake.writes) == writes, "a restart that finds everything in place writes nothing"
+    assert len(switch.writes) == writes, "a restart that finds everything in place writes nothing"
     assert second.bus.call(lambda: second.sessions and second.sessions.count()) == 1
     assert second.states["npm1"].last_sync["sessions"]["adopted"] == 1
 
 
 def test_restart_reconciles_switch_and_db(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    first = make_controller(fake)
+    first = make_controller(switch)
     kept = key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 80)
     aged = key(H2, OUT1, pc.IP_PROTO_TCP, 40001, 80)
-    install_flows(fake, kept, aged)
+    install_flows(switch, kept, aged)
     first.stop()
     encoder = first.sessions.encoder("npm1") if first.sessions else None
     assert encoder is not None
     # While no controller listened: one session aged out, a route was lost, a stray entry and
     # an unknown but complete session appeared.
     for flow in (aged, (aged[1], aged[0], 6, aged[4], aged[3])):
-        assert fake.remove(encoder.match(flow))
-    route = fake.table_entries(pc.T_ROUTING)[0]
-    assert fake.remove(route)
+        assert switch.remove(encoder.match(flow))
+    route = switch.table_entries(pc.T_ROUTING)[0]
+    assert switch.remove(route)
     stray = encoder.entry(key(H2, OUT1, pc.IP_PROTO_UDP, 1, 2), None, 0)
     unknown = key(H2, OUT1, pc.IP_PROTO_UDP, 7000, 53)
     params = {n: 0 for n in pc.ACTION_PARAMS[pc.A_SESSION_FORWARD]}
-    fake.plant(stray)
-    fake.plant(encoder.entry(unknown, params, 30 * 10**9))
-    fake.plant(encoder.entry((unknown[1], unknown[0], 17, 53, 7000), params, 30 * 10**9))
-    second = make_controller(fake)
+    switch.plant(stray)
+    switch.plant(encoder.entry(unknown, params, 30 * 10**9))
+    switch.plant(encoder.entry((unknown[1], unknown[0], 17, 53, 7000), params, 30 * 10**9))
+    second = make_controller(switch)
     report = second.states["npm1"].last_sync["sessions"]
     assert report == {
         "adopted": 1,
@@ -117,8 +121,8 @@ def test_restart_reconciles_switch_and_db(
         "dropped_from_db": 1,
         "deleted_orphans": 1,
     }
-    assert fake.find_entry(pc.T_ROUTING, route) is not None, "the lost route is back"
-    assert fake.find_entry(pc.T_SESSION, stray) is None, "the stray entry is gone"
+    assert switch.find_entry(pc.T_ROUTING, route) is not None, "the lost route is back"
+    assert switch.find_entry(pc.T_SESSION, stray) is None, "the stray entry is gone"
     rows = {(r["src"], r["sport"]) for r in second.db.sessions()}
     assert rows == {(kept[0], kept[3]), (unknown[0], unknown[3])}
 
@@ -146,11 +150,11 @@ def _classifier_updates(
 
 
 def test_policy_update_writes_the_idle_bank_then_flips(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory, lab: Path
+    switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
 ) -> None:
-    controller = make_controller(fake)
+    controller = make_controller(switch)
     active = controller.states["npm1"].classifier.active
-    fake.keep_requests = True
+    switch.keep_requests()
     text = lab.read_text()
     lab.write_text(
         text.replace(
@@ -160,13 +164,13 @@ def test_policy_update_writes_the_idle_bank_then_flips(
         )
     )
     result = apply(controller, lab)
-    updates = _classifier_updates(controller, fake.requests)
+    updates = _classifier_updates(controller, switch.requests)
     assert updates, "the ACL changed, so the classifier must change"
     flips = [u for u in updates if u[1] == pc.T_CLASSIFIER_VERSION]
     assert len(flips) == 1 and updates[-1] == flips[0], "the flip is the last classifier write"
     assert {bank for _, _, bank in updates[:-1]} == {1 - active}, "only the idle bank is written"
     assert controller.states["npm1"].classifier.active == 1 - active
-    assert default_of(controller, fake, pc.T_CLASSIFIER_VERSION).params_dict == {
+    assert default_of(controller, switch, pc.T_CLASSIFIER_VERSION).params_dict == {
         "version": 1 - active
     }
     # Only the difference: the base configuration did not change.
@@ -174,32 +178,34 @@ def test_policy_update_writes_the_idle_bank_then_flips(
     schema = controller.npms["npm1"].schema
     touched = {
         schema.tables.get_id(u.entity.table_entry.table_id).name
-        for r in fake.requests
+        for r in switch.requests
         for u in r.updates
         if u.entity.HasField("table_entry") and u.entity.table_entry.table_id
     }
     assert not touched & base_tables
     assert result["version"] == 2
     # A NAT-only change writes no classification entry at all.
-    fake.requests.clear()
+    switch.requests.clear()
     lab.write_text(
         lab.read_text().replace("port: 8080, to: 10.0.1.10", "port: 8081, to: 10.0.1.10")
     )
     apply(controller, lab)
-    assert _classifier_updates(controller, fake.requests) == []
+    assert _classifier_updates(controller, switch.requests) == []
     # The new dnat_rule entry is inserted, the old one deleted; nothing else is written.
-    assert [(u.type, u.entity.table_entry.table_id) for r in fake.requests for u in r.updates] == [
+    assert [
+        (u.type, u.entity.table_entry.table_id) for r in switch.requests for u in r.updates
+    ] == [
         (p4r.Update.INSERT, schema.tables.get(pc.T_DNAT_RULE).id),
         (p4r.Update.DELETE, schema.tables.get(pc.T_DNAT_RULE).id),
     ]
 
 
 def test_a_refused_policy_never_replaces_the_running_one(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory, lab: Path
+    switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
 ) -> None:
-    controller = make_controller(fake)
+    controller = make_controller(switch)
     running = controller.policy
-    routes_before = decoded(controller, fake.table_entries(pc.T_ROUTING))
+    routes_before = decoded(controller, switch.table_entries(pc.T_ROUTING))
     lab.write_text(
         lab.read_text().replace(
             "  - {prefix: 203.0.113.0/24, via: 198.51.100.20}",
@@ -207,12 +213,12 @@ def test_a_refused_policy_never_replaces_the_running_one(
             "  - {prefix: 192.0.2.0/24, via: 198.51.100.20}",
         )
     )
-    fake.fail_next_writes = [(rpc_code.RESOURCE_EXHAUSTED, "table is full")]
+    switch.fail_next_writes((grpc.StatusCode.RESOURCE_EXHAUSTED, "table is full"))
     with pytest.raises(RequestError) as caught:
         apply(controller, lab)
     assert caught.value.status == 409
     assert controller.policy is running
-    assert decoded(controller, fake.table_entries(pc.T_ROUTING)) == routes_before
+    assert decoded(controller, switch.table_entries(pc.T_ROUTING)) == routes_before
     versions = controller.db.policy_versions()
     assert [(v.version, v.status) for v in versions] == [(2, "failed"), (1, "applied")]
     # The same policy applies once the switch accepts it.
@@ -220,24 +226,24 @@ def test_a_refused_policy_never_replaces_the_running_one(
 
 
 def test_invalid_policy_file_at_start_keeps_the_stored_version(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory, lab: Path
+    switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
 ) -> None:
-    first = make_controller(fake)
+    first = make_controller(switch)
     first.stop()
     lab.write_text(lab.read_text().replace("role: outside", "role: nowhere"))
-    second = make_controller(fake)
+    second = make_controller(switch)
     assert second.policy_version == 1
     assert second.policy is not None and second.policy.name == "lab"
 
 
 def test_standby_takes_over_when_the_primary_dies(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    primary = make_controller(fake, election_id=20)
-    standby = make_controller(fake, election_id=10)
+    primary = make_controller(switch, election_id=20)
+    standby = make_controller(switch, election_id=10)
     assert standby.states["npm1"].role == "standby"
-    install_flows(fake, key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 80))
-    writes = len(fake.writes)
+    install_flows(switch, key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 80))
+    writes = len(switch.writes)
     primary.stop()
     wait_until(
         "the standby to become primary",
@@ -245,18 +251,18 @@ def test_standby_takes_over_when_the_primary_dies(
         timeout=10,
     )
     assert standby.npms["npm1"].pipeline_pushed is False
-    assert len(fake.writes) == writes, "the take-over found everything in place"
+    assert len(switch.writes) == writes, "the take-over found everything in place"
     assert standby.states["npm1"].last_sync["sessions"]["adopted"] == 1
-    install_flows(fake, key(H2, OUT1, pc.IP_PROTO_TCP, 40001, 80))
+    install_flows(switch, key(H2, OUT1, pc.IP_PROTO_TCP, 40001, 80))
     assert standby.bus.call(lambda: standby.sessions and standby.sessions.count()) == 2
 
 
 def test_restart_after_policy_updates_trusts_the_classifier_it_recorded(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory, lab: Path
+    switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
 ) -> None:
     """After updates, class numbers depend on the history; a restart must not recompile and
     rewrite the tables because a fresh compile would number them differently."""
-    first = make_controller(fake)
+    first = make_controller(switch)
     text = lab.read_text()
     for port in (25, 26):
         lab.write_text(
@@ -268,24 +274,24 @@ def test_restart_after_policy_updates_trusts_the_classifier_it_recorded(
         )
         apply(first, lab)
     first.stop()
-    writes = len(fake.writes)
-    second = make_controller(fake)
-    assert len(fake.writes) == writes
+    writes = len(switch.writes)
+    second = make_controller(switch)
+    assert len(switch.writes) == writes
     assert second.states["npm1"].last_sync["writes"]["classifier"] == "unchanged"
 
 
 def test_a_restarted_switch_gets_its_pipeline_base_and_sessions_back(
     make_controller: ControllerFactory,
 ) -> None:
-    with FakeP4RuntimeServer() as first:
+    with SwitchDouble() as first:
         controller = make_controller(first)
         install_flows(first, key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 80))
         port = first.port
     # The switch restarts empty on the same address; the controller reconnects on its own.
-    with FakeP4RuntimeServer(port=port) as second:
+    with SwitchDouble(port=port) as second:
         wait_until(
             "the sessions back on the new switch",
-            lambda: len(second.table_entries(pc.T_SESSION)) == 2 if second.state.schema else False,
+            lambda: len(second.table_entries(pc.T_SESSION)) == 2 if second.pipeline else False,
             timeout=15,
         )
         state = controller.states["npm1"]

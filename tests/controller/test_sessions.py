@@ -1,11 +1,13 @@
-"""Sessions from digests and packet-ins, against the in-process fake switch: both directions,
-NAT bindings, duplicates, idle timeout, FIN/RST, and the DB kept in step with the table."""
+"""Sessions from digests and packet-ins, against the switch double (the built-in switch's
+P4Runtime server with no ports): both directions, NAT bindings, duplicates, idle timeout, FIN/RST,
+and the DB kept in step with the table."""
 
 from __future__ import annotations
 
-from finsy.proto import p4r, rpc_code
+import grpc
+from finsy.proto import p4r
 
-from controller.fakeswitch import FakeP4RuntimeServer
+from controller import events as ev
 from controller.runtime import Controller
 from opengate import p4constants as pc
 from opengate.entries import Exact, TableEntry
@@ -24,6 +26,7 @@ from tests.controller.flows import (
     request,
     syn,
 )
+from tests.switch_double import SwitchDouble
 
 FORWARD_PARAMS = pc.ACTION_PARAMS[pc.A_SESSION_FORWARD]
 
@@ -60,8 +63,8 @@ def normalized(entry: p4r.TableEntry) -> p4r.TableEntry:
     return out
 
 
-def session_entries(fake: FakeP4RuntimeServer) -> list[p4r.TableEntry]:
-    return [normalized(e) for e in fake.table_entries(pc.T_SESSION)]
+def session_entries(switch: SwitchDouble) -> list[p4r.TableEntry]:
+    return [normalized(e) for e in switch.table_entries(pc.T_SESSION)]
 
 
 def db_sessions(controller: Controller) -> list[dict[str, object]]:
@@ -70,22 +73,22 @@ def db_sessions(controller: Controller) -> list[dict[str, object]]:
 
 
 def test_digest_installs_both_directions_in_one_write(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    controller = make_controller(fake)
-    writes_before = len(fake.writes)
+    controller = make_controller(switch)
+    writes_before = len(switch.writes)
     flow = key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 80)
-    assert fake.inject_digest(
+    assert switch.inject_digest(
         pc.D_SESSION_REQUEST_T, [request(flow, ids_class=1, spm_port=3, spm_mac=SPM1_MAC)]
     )
-    entries = wait_until("two session entries", lambda: len(session_entries(fake)) == 2)
+    entries = wait_until("two session entries", lambda: len(session_entries(switch)) == 2)
     assert entries
     forward = {"class_id": 1, "spm_port": 3, "spm_mac": SPM1_MAC}
-    assert session_entries(fake) == [
+    assert session_entries(switch) == [
         expected_entry(controller, flow, **forward),
         expected_entry(controller, key(OUT1, H1, pc.IP_PROTO_TCP, 80, 40000), **forward),
     ]
-    session_writes = fake.writes[writes_before:]
+    session_writes = switch.writes[writes_before:]
     assert [w.updates for w in session_writes] == [2]
     (row,) = wait_until("the session in the DB", lambda: db_sessions(controller))
     assert (row["src"], row["dst"], row["sport"], row["dport"]) == (ip(H1), ip(OUT1), 40000, 80)
@@ -95,17 +98,17 @@ def test_digest_installs_both_directions_in_one_write(
         1,
         3,
     )
-    assert fake.digest_acks >= 1
+    assert switch.digest_acks >= 1
 
 
 def test_duplicate_digests_install_once(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    controller = make_controller(fake)
+    controller = make_controller(switch)
     flow = key(H1, OUT1, pc.IP_PROTO_UDP, 5353, 53)
     reverse = key(OUT1, H1, pc.IP_PROTO_UDP, 53, 5353)
-    fake.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow)] * 3)
-    fake.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow), request(reverse, ingress_port=2)])
+    switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow)] * 3)
+    switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow), request(reverse, ingress_port=2)])
     # The duplicate count, the entries and the database row are written at different moments
     # (the row by the DB writer after the switch): wait for all three before asserting.
     wait_until(
@@ -113,27 +116,27 @@ def test_duplicate_digests_install_once(
         lambda: (
             controller.sessions
             and controller.sessions.stats.duplicates == 4
-            and len(session_entries(fake)) == 2
+            and len(session_entries(switch)) == 2
             and len(db_sessions(controller)) == 1
         ),
     )
-    assert len(session_entries(fake)) == 2
+    assert len(session_entries(switch)) == 2
     assert len(db_sessions(controller)) == 1
     assert controller.bus.call(lambda: controller.sessions and controller.sessions.count()) == 1
 
 
 def test_masquerade_packet_in_allocates_installs_and_reinjects(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    controller = make_controller(fake)
+    controller = make_controller(switch)
     frame = syn(H1, OUT1, 40000, 80)
-    fake.inject_packet_in(frame, packet_in_meta(ids_class=1, spm_port=3))
-    payload, meta = wait_until("the packet-out", lambda: fake.packet_out(0.05))
+    switch.inject_packet_in(frame, packet_in_meta(ids_class=1, spm_port=3))
+    payload, meta = wait_until("the packet-out", lambda: switch.packet_out(0.05))
     assert payload == frame
     assert meta == {"egress_port": 0, "submit_to_ingress": 1, "_pad": 0}
     forward = {"class_id": 1, "spm_port": 3, "spm_mac": SPM1_MAC}
     # 40000 is outside the policy's NAT range (20000-20009): the first free port is taken.
-    assert session_entries(fake) == [
+    assert session_entries(switch) == [
         expected_entry(
             controller,
             key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 80),
@@ -156,15 +159,15 @@ def test_masquerade_packet_in_allocates_installs_and_reinjects(
 
 
 def test_masquerade_keeps_the_source_port_when_free(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    make_controller(fake)
-    fake.inject_packet_in(syn(H1, OUT1, 20005, 80), packet_in_meta())
-    fake.inject_packet_in(syn(H2, OUT1, 20005, 80), packet_in_meta())
-    wait_until("two packet-outs", lambda: fake.packet_outs.qsize() == 2)
+    make_controller(switch)
+    switch.inject_packet_in(syn(H1, OUT1, 20005, 80), packet_in_meta())
+    switch.inject_packet_in(syn(H2, OUT1, 20005, 80), packet_in_meta())
+    wait_until("two packet-outs", lambda: switch.packet_outs.qsize() == 2)
     replies = {
         (e.match[4].exact.value, e.match[1].exact.value)
-        for e in session_entries(fake)
+        for e in session_entries(switch)
         if int.from_bytes(e.match[0].exact.value, "big") == ip(OUT1)
     }
     ports = sorted(int.from_bytes(port, "big") for port, _ in replies)
@@ -172,27 +175,27 @@ def test_masquerade_keeps_the_source_port_when_free(
 
 
 def test_nat_ports_run_out_per_destination_and_failures_are_clean(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    controller = make_controller(fake)
+    controller = make_controller(switch)
     for sport in range(30000, 30011):  # 11 flows to one server:port, 10 NAT ports
-        fake.inject_packet_in(syn(H1, OUT1, sport, 80), packet_in_meta())
-    wait_until("10 packet-outs", lambda: fake.packet_outs.qsize() == 10)
+        switch.inject_packet_in(syn(H1, OUT1, sport, 80), packet_in_meta())
+    wait_until("10 packet-outs", lambda: switch.packet_outs.qsize() == 10)
     wait_until("one failure", lambda: controller.sessions and controller.sessions.stats.failed == 1)
     # Another destination can reuse the ports (the binding is per remote endpoint).
-    fake.inject_packet_in(syn(H1, "203.0.113.7", 30000, 80), packet_in_meta())
-    wait_until("11 packet-outs", lambda: fake.packet_outs.qsize() == 11)
-    assert len(session_entries(fake)) == 22
+    switch.inject_packet_in(syn(H1, "203.0.113.7", 30000, 80), packet_in_meta())
+    wait_until("11 packet-outs", lambda: switch.packet_outs.qsize() == 11)
+    assert len(session_entries(switch)) == 22
     assert len(db_sessions(controller)) == 11
 
 
 def test_port_forward_rewrites_the_destination(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    controller = make_controller(fake)
-    fake.inject_packet_in(syn(OUT1, GW_OUT, 5555, 8080), packet_in_meta(ingress_port=2))
-    wait_until("the packet-out", lambda: fake.packet_out(0.05))
-    assert session_entries(fake) == [
+    controller = make_controller(switch)
+    switch.inject_packet_in(syn(OUT1, GW_OUT, 5555, 8080), packet_in_meta(ingress_port=2))
+    wait_until("the packet-out", lambda: switch.packet_out(0.05))
+    assert session_entries(switch) == [
         expected_entry(
             controller,
             key(OUT1, GW_OUT, pc.IP_PROTO_TCP, 5555, 8080),
@@ -212,12 +215,12 @@ def test_port_forward_rewrites_the_destination(
 
 
 def test_icmp_echo_is_masqueraded_by_identifier(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    controller = make_controller(fake)
-    fake.inject_packet_in(ping(H1, OUT1, 0x1234), packet_in_meta())
-    wait_until("the packet-out", lambda: fake.packet_out(0.05))
-    assert session_entries(fake) == [
+    controller = make_controller(switch)
+    switch.inject_packet_in(ping(H1, OUT1, 0x1234), packet_in_meta())
+    wait_until("the packet-out", lambda: switch.packet_out(0.05))
+    assert session_entries(switch) == [
         expected_entry(
             controller,
             key(H1, OUT1, pc.IP_PROTO_ICMP, 0x1234, 0),
@@ -237,58 +240,60 @@ def test_icmp_echo_is_masqueraded_by_identifier(
 
 
 def test_acl_to_cpu_packets_are_dropped_by_default(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    controller = make_controller(fake)
-    fake.inject_packet_in(syn(H1, OUT1, 40000, 23), packet_in_meta(pc.CPU_REASON_ACL, acl_rule=0))
+    controller = make_controller(switch)
+    switch.inject_packet_in(syn(H1, OUT1, 40000, 23), packet_in_meta(pc.CPU_REASON_ACL, acl_rule=0))
     wait_until(
         "the packet-in counted",
         lambda: controller.sessions and controller.sessions.stats.acl_to_cpu == 1,
     )
-    assert fake.packet_out(0.2) is None
-    assert session_entries(fake) == []
+    assert switch.packet_out(0.2) is None
+    assert session_entries(switch) == []
 
 
 def test_idle_session_is_removed_only_when_both_directions_are_idle(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    controller = make_controller(fake)
+    controller = make_controller(switch)
     flow = key(H1, OUT1, pc.IP_PROTO_UDP, 5353, 53)
-    fake.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow)])
+    switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow)])
     original, reply = wait_until(
         "two entries",
         lambda: (
-            fake.table_entries(pc.T_SESSION) if len(fake.table_entries(pc.T_SESSION)) == 2 else None
+            switch.table_entries(pc.T_SESSION)
+            if len(switch.table_entries(pc.T_SESSION)) == 2
+            else None
         ),
     )
-    fake.idle_for(original, 31)
-    fake.notify_idle([original])
-    controller.bus.call(lambda: None)  # the notification has been handled
-    wait_until("the notification handled", lambda: controller.bus.pending == 0)
-    assert len(fake.table_entries(pc.T_SESSION)) == 2, "the reply direction is still active"
-    fake.idle_for(reply, 31)
-    fake.notify_idle([reply])
-    wait_until("the session removed", lambda: not fake.table_entries(pc.T_SESSION))
+    handled: list[ev.IdleTimeout] = []
+    controller.bus.subscribe(ev.IdleTimeout, handled.append)  # after the controller's handler
+    switch.idle_for(original, 31)
+    wait_until("the switch's idle notification handled", lambda: handled)
+    assert len(switch.table_entries(pc.T_SESSION)) == 2, "the reply direction is still active"
+    assert db_sessions(controller), "the session is still in the database"
+    switch.idle_for(reply, 31)
+    wait_until("the session removed", lambda: not switch.table_entries(pc.T_SESSION))
     wait_until("the DB row removed", lambda: not db_sessions(controller))
 
 
 def test_fin_both_ways_removes_after_linger_and_rst_at_once(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    controller = make_controller(fake)
+    controller = make_controller(switch)
     a = key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 80)
     b = key(H2, OUT1, pc.IP_PROTO_TCP, 40001, 80)
-    fake.inject_digest(pc.D_SESSION_REQUEST_T, [request(a), request(b)])
-    wait_until("four entries", lambda: len(fake.table_entries(pc.T_SESSION)) == 4)
-    fake.inject_digest(pc.D_SESSION_CLOSE_T, [close(b, pc.TCP_FLAG_RST | pc.TCP_FLAG_ACK)])
-    wait_until("the RST session removed", lambda: len(fake.table_entries(pc.T_SESSION)) == 2)
-    fake.inject_digest(pc.D_SESSION_CLOSE_T, [close(a, pc.TCP_FLAG_FIN | pc.TCP_FLAG_ACK)])
+    switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(a), request(b)])
+    wait_until("four entries", lambda: len(switch.table_entries(pc.T_SESSION)) == 4)
+    switch.inject_digest(pc.D_SESSION_CLOSE_T, [close(b, pc.TCP_FLAG_RST | pc.TCP_FLAG_ACK)])
+    wait_until("the RST session removed", lambda: len(switch.table_entries(pc.T_SESSION)) == 2)
+    switch.inject_digest(pc.D_SESSION_CLOSE_T, [close(a, pc.TCP_FLAG_FIN | pc.TCP_FLAG_ACK)])
     controller.bus.call(lambda: None)
-    assert len(fake.table_entries(pc.T_SESSION)) == 2, "one FIN is a half-close"
+    assert len(switch.table_entries(pc.T_SESSION)) == 2, "one FIN is a half-close"
     reverse = key(OUT1, H1, pc.IP_PROTO_TCP, 80, 40000)
-    fake.inject_digest(pc.D_SESSION_CLOSE_T, [close(reverse, pc.TCP_FLAG_FIN | pc.TCP_FLAG_ACK)])
+    switch.inject_digest(pc.D_SESSION_CLOSE_T, [close(reverse, pc.TCP_FLAG_FIN | pc.TCP_FLAG_ACK)])
     wait_until(
-        "the FIN session removed after the linger", lambda: not fake.table_entries(pc.T_SESSION)
+        "the FIN session removed after the linger", lambda: not switch.table_entries(pc.T_SESSION)
     )
     # The entries go first, then the database row (the controller's order): wait for both.
     wait_until("the session's row deleted", lambda: db_sessions(controller) == [])
@@ -299,56 +304,56 @@ def test_fin_both_ways_removes_after_linger_and_rst_at_once(
 
 
 def test_close_reported_before_the_request_still_ends_the_session(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
     """A short flow the data plane set up and closed (FIN both ways) before the controller
     handled its request digest: the session is installed, then removed after the linger, as if
     the FINs had come after it; nothing stays until the idle timeout."""
-    controller = make_controller(fake)
+    controller = make_controller(switch)
     flow = key(H1, OUT1, pc.IP_PROTO_TCP, 40002, 80)
     reverse = key(OUT1, H1, pc.IP_PROTO_TCP, 80, 40002)
-    fake.inject_digest(
+    switch.inject_digest(
         pc.D_SESSION_CLOSE_T,
         [close(flow, pc.TCP_FLAG_FIN | pc.TCP_FLAG_ACK), close(reverse, pc.TCP_FLAG_FIN)],
     )
     controller.bus.call(lambda: None)
-    fake.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow)])
+    switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow)])
     wait_until(
         "both early FINs replayed",
         lambda: controller.sessions and controller.sessions.stats.early_closes == 2,
     )
     wait_until(
         "the session removed after the linger, entries and row",
-        lambda: not fake.table_entries(pc.T_SESSION) and db_sessions(controller) == [],
+        lambda: not switch.table_entries(pc.T_SESSION) and db_sessions(controller) == [],
     )
     assert controller.sessions is not None
     assert controller.sessions.stats.installed == 1
 
 
 def test_refused_session_leaves_nothing_behind(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    controller = make_controller(fake)
+    controller = make_controller(switch)
     flow = key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 80)
-    fake.fail_next_writes = [None, (rpc_code.RESOURCE_EXHAUSTED, "table is full")]
-    fake.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow)])
+    switch.fail_next_writes(None, (grpc.StatusCode.RESOURCE_EXHAUSTED, "table is full"))
+    switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow)])
     wait_until(
         "the failure counted", lambda: controller.sessions and controller.sessions.stats.failed == 1
     )
     controller.bus.call(lambda: None)
-    assert fake.table_entries(pc.T_SESSION) == []
+    assert switch.table_entries(pc.T_SESSION) == []
     assert db_sessions(controller) == []
 
 
 def test_spm_names_of_a_flow_find_its_session(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
     """An SPM sees a masqueraded flow with the inside address both ways, and ICMP flows by
     type/code: both find the session."""
-    controller = make_controller(fake)
-    fake.inject_packet_in(syn(H1, OUT1, 40000, 80), packet_in_meta())
-    fake.inject_packet_in(ping(H2, OUT1, 0x4242), packet_in_meta())
-    wait_until("two packet-outs", lambda: fake.packet_outs.qsize() == 2)
+    controller = make_controller(switch)
+    switch.inject_packet_in(syn(H1, OUT1, 40000, 80), packet_in_meta())
+    switch.inject_packet_in(ping(H2, OUT1, 0x4242), packet_in_meta())
+    wait_until("two packet-outs", lambda: switch.packet_outs.qsize() == 2)
     sessions = controller.sessions
     assert sessions is not None
 

@@ -10,17 +10,17 @@ from pathlib import Path
 from finsy.proto import p4r
 
 from controller import events as ev
-from controller.fakeswitch import FakeP4RuntimeServer
 from controller.runtime import Controller
 from opengate import p4constants as pc
 from tests.controller.conftest import ControllerFactory, wait_until
 from tests.controller.flows import H1, H2, OUT1, SPM1_MAC, key, request
+from tests.switch_double import SwitchDouble
 
 
-def weights(controller: Controller, fake: FakeP4RuntimeServer, group_id: int) -> dict[str, int]:
+def weights(controller: Controller, switch: SwitchDouble, group_id: int) -> dict[str, int]:
     assert controller.policy is not None
     names = {s.member_id: s.name for s in controller.policy.spms}
-    for group in fake.state.groups.values():
+    for group in (e.action_profile_group for e in switch.entities("action_profile_group")):
         if group.group_id == group_id:
             return {names[m.member_id]: m.weight for m in group.members}
     return {}
@@ -41,11 +41,11 @@ def report(controller: Controller, spm: str, cpu: float = 0.0, queue_depth: int 
 
 
 def session_action(
-    fake: FakeP4RuntimeServer, controller: Controller, flow: tuple[int, ...]
+    switch: SwitchDouble, controller: Controller, flow: tuple[int, ...]
 ) -> tuple[str, int]:
     assert controller.sessions is not None
     encoder = controller.sessions.encoder("npm1")
-    entry = fake.find_entry(pc.T_SESSION, encoder.match(flow))  # type: ignore[arg-type]
+    entry = switch.find_entry(pc.T_SESSION, encoder.match(flow))  # type: ignore[arg-type]
     assert entry is not None
     params = encoder.decode_params(entry)
     if params is None:
@@ -54,38 +54,38 @@ def session_action(
 
 
 def test_load_reports_move_weights_and_steady_load_writes_nothing(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    controller = make_controller(fake)
-    assert weights(controller, fake, 1) == {"spm1": 8, "spm2": 8}
+    controller = make_controller(switch)
+    assert weights(controller, switch, 1) == {"spm1": 8, "spm2": 8}
     report(controller, "spm1", cpu=50)
     report(controller, "spm2", cpu=0, queue_depth=250)  # a quarter of the queue limit
-    assert weights(controller, fake, 1) == {"spm1": 4, "spm2": 6}
-    assert weights(controller, fake, 2) == {"spm1": 4}
-    writes = len(fake.writes)
+    assert weights(controller, switch, 1) == {"spm1": 4, "spm2": 6}
+    assert weights(controller, switch, 2) == {"spm1": 4}
+    writes = len(switch.writes)
     report(controller, "spm1", cpu=50)
-    assert len(fake.writes) == writes, "the same load again changes no weight"
+    assert len(switch.writes) == writes, "the same load again changes no weight"
     report(controller, "spm1", cpu=0)  # smoothed: load 0.25 -> weight 6
-    assert weights(controller, fake, 1) == {"spm1": 6, "spm2": 6}
+    assert weights(controller, switch, 1) == {"spm1": 6, "spm2": 6}
     assert controller.db.spms()[0]["status"] == "up"
 
 
 def test_silent_spm_is_out_within_3_seconds_and_its_flows_follow_the_fail_policy(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory, lab: Path
+    switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
 ) -> None:
     # The policy's default liveness (down_after 2.5 s), with the production tick (0.25 s).
     lab.write_text(lab.read_text().replace("  down_after: 0 ", "  # down_after default "))
-    controller = make_controller(fake, tick=0.25)
+    controller = make_controller(switch, tick=0.25)
     inspected = key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 80)  # class 1: pool main, re-steer
     strict = key(H2, OUT1, pc.IP_PROTO_UDP, 5353, 53)  # class 3: pool strict, fail-closed
-    fake.inject_digest(
+    switch.inject_digest(
         pc.D_SESSION_REQUEST_T,
         [
             request(inspected, ids_class=1, spm_port=3, spm_mac=SPM1_MAC),
             request(strict, ids_class=3, spm_port=3, spm_mac=SPM1_MAC),
         ],
     )
-    wait_until("four entries", lambda: len(fake.table_entries(pc.T_SESSION)) == 4)
+    wait_until("four entries", lambda: len(switch.table_entries(pc.T_SESSION)) == 4)
     stop = threading.Event()
 
     def spm2_daemon() -> None:
@@ -100,38 +100,40 @@ def test_silent_spm_is_out_within_3_seconds_and_its_flows_follow_the_fail_policy
     try:
         wait_until(
             "spm1 out of the selector",
-            lambda: "spm1" not in weights(controller, fake, 1),
+            lambda: "spm1" not in weights(controller, switch, 1),
             timeout=5,
         )
         taken_out_after = time.monotonic() - last_report
         assert taken_out_after < 3.0
         controller.bus.call(lambda: None)  # the handler that took it out has finished
-        assert weights(controller, fake, 1) == {"spm2": 8}
+        assert weights(controller, switch, 1) == {"spm2": 8}
         # The strict pool has no SPM left: its selector entry is gone (a miss = no SPM).
         assert [
-            e for e in fake.table_entries(pc.T_SPM_SELECT) if e.action.action_profile_group_id == 2
+            e
+            for e in switch.table_entries(pc.T_SPM_SELECT)
+            if e.action.action_profile_group_id == 2
         ] == []
-        assert session_action(fake, controller, inspected) == ("forward", 4)
-        assert session_action(fake, controller, (inspected[1], inspected[0], 6, 80, 40000)) == (
+        assert session_action(switch, controller, inspected) == ("forward", 4)
+        assert session_action(switch, controller, (inspected[1], inspected[0], 6, 80, 40000)) == (
             "forward",
             4,
         )
-        assert session_action(fake, controller, strict) == ("block", 0)
+        assert session_action(switch, controller, strict) == ("block", 0)
         statuses = {row["name"]: row["status"] for row in controller.db.spms()}
         assert statuses == {"spm1": "down", "spm2": "up"}
         # spm1 comes back: it rejoins for new flows; the moved flow stays on spm2.
         report(controller, "spm1", cpu=0)
-        assert weights(controller, fake, 1) == {"spm1": 8, "spm2": 8}
-        assert session_action(fake, controller, inspected) == ("forward", 4)
+        assert weights(controller, switch, 1) == {"spm1": 8, "spm2": 8}
+        assert session_action(switch, controller, inspected) == ("forward", 4)
     finally:
         stop.set()
         daemon.join()
 
 
 def test_member_and_group_messages_are_exact(
-    fake: FakeP4RuntimeServer, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
-    controller = make_controller(fake)
+    controller = make_controller(switch)
     conn = controller.npms["npm1"]
     assert controller.policy is not None
     spm1 = controller.policy.spm_by_name("spm1")
@@ -140,4 +142,9 @@ def test_member_and_group_messages_are_exact(
     expected.action.CopyFrom(
         conn.schema.encode_action(conn.steer_action, {"port": 3, "spm_mac": SPM1_MAC})
     )
-    assert fake.state.members[(conn.profile_id, spm1.member_id)] == expected
+    (member,) = [
+        e.action_profile_member
+        for e in switch.entities("action_profile_member")
+        if e.action_profile_member.member_id == spm1.member_id
+    ]
+    assert member == expected
