@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from softswitch.codegen import DROP_PORT
+from softswitch.codegen_base import DROP_PORT
 from softswitch.errors import AssertionFailed, ParserError
 from softswitch.program import Program
 

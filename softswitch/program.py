@@ -9,7 +9,8 @@ from typing import Any
 
 from softswitch import fuse
 from softswitch import tables as tb
-from softswitch.codegen import Codegen, E, parse_hex
+from softswitch.codegen import Codegen
+from softswitch.codegen_base import E, parse_hex
 from softswitch.errors import LoadError
 from softswitch.externs import CounterArray, MeterArray, RegisterArray, ValueSet
 from softswitch.layout import FieldInfo, Layout, build_layout
