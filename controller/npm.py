@@ -36,11 +36,10 @@ from controller.baseconfig import (
 )
 from controller.classifier import CLASSIFICATION_TABLES, Op, Write
 from controller.metrics import Metrics
-from controller.session_encoding import varint
 from opengate import p4constants as pc
 from opengate.entries import Exact, TableEntry
 from opengate.p4info import P4Schema, decode_value
-from opengate.p4rt import P4RuntimeClient, P4RuntimeError, UpdateError, entity_of
+from opengate.p4rt import P4RuntimeClient, P4RuntimeError, UpdateError, update_of
 
 LOG = logging.getLogger(__name__)
 
@@ -270,12 +269,12 @@ class NpmConnection:
                     self.log.debug("cannot read digest %#x back: %s", digest_id, error)
                 have = []
             if not have:
-                updates.append(_update(p4r.Update.INSERT, wanted))
+                updates.append(update_of(p4r.Update.INSERT, wanted))
             elif have[0].config != wanted.config:
-                updates.append(_update(p4r.Update.MODIFY, wanted))
+                updates.append(update_of(p4r.Update.MODIFY, wanted))
         result = self.write(updates, "digest config")
         retry = [
-            _update(p4r.Update.MODIFY, updates[e.index].entity.digest_entry)
+            update_of(p4r.Update.MODIFY, updates[e.index].entity.digest_entry)
             for e in result.failed
             if e.code == rpc_code.ALREADY_EXISTS
         ]
@@ -292,23 +291,13 @@ class NpmConnection:
 
     def write(self, updates: Sequence[p4r.Update], what: str) -> WriteResult:
         """Write in chunks; failed updates come back by index into `updates`."""
-        return self._write_chunks(
-            len(updates), lambda r, a, b: r.updates.extend(updates[a:b]), what
-        )
+        return self.write_filled(len(updates), lambda r, a, b: r.updates.extend(updates[a:b]), what)
 
-    def write_raw(self, updates: Sequence[bytes], what: str) -> WriteResult:
-        """Like `write`, for updates already serialized (the session fast path)."""
-
-        def fill(request: p4r.WriteRequest, start: int, end: int) -> None:
-            request.MergeFromString(
-                b"".join(b"\x22" + varint(len(u)) + u for u in updates[start:end])
-            )  # WriteRequest.updates
-
-        return self._write_chunks(len(updates), fill, what)
-
-    def _write_chunks(
+    def write_filled(
         self, count: int, fill: Callable[[p4r.WriteRequest, int, int], None], what: str
     ) -> WriteResult:
+        """Like `write`, for `count` updates that `fill(request, start, end)` builds in place
+        into each chunk's request (the session path: no message built twice)."""
         result = WriteResult()
         client = self._client
         election = p4r.Uint128(high=self.election_id >> 64, low=self.election_id & (2**64 - 1))
@@ -373,7 +362,7 @@ class NpmConnection:
         message = self.schema.encode_entry(entry)
         if kind == p4r.Update.DELETE:
             message.ClearField("action")
-        return _update(kind, message)
+        return update_of(kind, message)
 
     def member_message(self, member: Member) -> p4r.ActionProfileMember:
         message = p4r.ActionProfileMember(
@@ -478,32 +467,38 @@ class NpmConnection:
         steps: list[tuple[str, list[p4r.Update]]] = [
             (
                 "members",
-                [_update(insert, self.member_message(m)) for m in diff.insert_members]
-                + [_update(modify, self.member_message(m)) for m in diff.modify_members],
+                [update_of(insert, self.member_message(m)) for m in diff.insert_members]
+                + [update_of(modify, self.member_message(m)) for m in diff.modify_members],
             ),
             (
                 "selector entries out",
-                [_update(delete, self.group_entry_message(g)) for g in diff.delete_group_entries],
+                [update_of(delete, self.group_entry_message(g)) for g in diff.delete_group_entries],
             ),
             (
                 "groups",
-                [_update(insert, self.group_message(g)) for g in diff.insert_groups]
-                + [_update(modify, self.group_message(g)) for g in diff.modify_groups],
+                [update_of(insert, self.group_message(g)) for g in diff.insert_groups]
+                + [update_of(modify, self.group_message(g)) for g in diff.modify_groups],
             ),
             (
                 "selector entries",
-                [_update(insert, self.group_entry_message(g)) for g in diff.insert_group_entries]
-                + [_update(modify, self.group_entry_message(g)) for g in diff.modify_group_entries],
+                [update_of(insert, self.group_entry_message(g)) for g in diff.insert_group_entries]
+                + [
+                    update_of(modify, self.group_entry_message(g))
+                    for g in diff.modify_group_entries
+                ],
             ),
             (
                 "entries",
                 [self.entry_update(insert, e) for e in diff.insert_entries]
                 + [self.entry_update(modify, e) for e in diff.modify_entries],
             ),
-            ("meters", [_update(modify, self.meter_message(c)) for c in diff.meters]),
+            ("meters", [update_of(modify, self.meter_message(c)) for c in diff.meters]),
             ("entries out", [self.entry_update(delete, e) for e in diff.delete_entries]),
-            ("groups out", [_update(delete, self.group_message(g)) for g in diff.delete_groups]),
-            ("members out", [_update(delete, self.member_message(m)) for m in diff.delete_members]),
+            ("groups out", [update_of(delete, self.group_message(g)) for g in diff.delete_groups]),
+            (
+                "members out",
+                [update_of(delete, self.member_message(m)) for m in diff.delete_members],
+            ),
         ]
         for what, updates in steps:
             if updates:
@@ -558,7 +553,3 @@ class NpmConnection:
 
     def decode_packet_in(self, packet: p4r.PacketIn) -> dict[str, int]:
         return self.schema.decode_packet_metadata("packet_in", packet.metadata)
-
-
-def _update(kind: int, message: Any) -> p4r.Update:
-    return p4r.Update(type=kind, entity=entity_of(message))  # type: ignore[arg-type]

@@ -39,11 +39,12 @@ from finsy.proto import p4r, rpc_code
 from controller.db import Database, DbWriter
 from controller.events import Event, SessionsInstalled, SessionsRemoved
 from controller.metrics import Metrics
-from controller.npm import NpmConnection
+from controller.npm import NpmConnection, WriteResult
 from controller.policy import Policy
-from controller.session_encoding import FlowKey, SessionEncoder, _update
+from controller.session_encoding import FlowKey, SessionEncoder, SessionUpdate
 from controller.spm_pool import SpmPool
 from opengate import p4constants as pc
+from opengate.p4rt import update_of
 
 LOG = logging.getLogger(__name__)
 
@@ -514,23 +515,25 @@ class SessionManager:
             encoder.entry(session.reply, reply, timeout_ns),
         )
 
+    def _write(self, npm: str, updates: Sequence[SessionUpdate], what: str) -> WriteResult:
+        """Write session entries, each Update built in place in its request."""
+        encoder = self.encoder(npm)
+        return self.npms[npm].write_filled(
+            len(updates), lambda request, a, b: encoder.fill(request, updates[a:b]), what
+        )
+
     def _install(self, npm: str, items: list[_Pending]) -> list[_Pending]:
         """INSERT both directions of every session in one Write; returns the installed ones."""
-        connection = self.npms[npm]
-        encoder = self.encoder(npm)
-        updates: list[bytes] = []
+        insert = p4r.Update.INSERT
+        updates: list[SessionUpdate] = []
         for item in items:
             session = item.session
             original, reply = direction_params(session)
             timeout_ns = int(session.idle_timeout * 1e9)
-            updates.append(
-                encoder.update_bytes(p4r.Update.INSERT, session.key, original, timeout_ns)
-            )
-            updates.append(
-                encoder.update_bytes(p4r.Update.INSERT, session.reply, reply, timeout_ns)
-            )
+            updates.append(SessionUpdate(insert, session.key, original, timeout_ns))
+            updates.append(SessionUpdate(insert, session.reply, reply, timeout_ns))
         try:
-            result = connection.write_raw(updates, "sessions")
+            result = self._write(npm, updates, "sessions")
         except Exception:
             for item in items:
                 self._unindex(item.session)
@@ -539,7 +542,7 @@ class SessionManager:
             raise
         failed_sessions: set[int] = set()
         failed_updates = {e.index for e in result.failed}
-        retry: list[bytes] = []
+        retry: list[SessionUpdate] = []
         retry_owner: list[int] = []
         for error in result.failed:
             item = items[error.index // 2]
@@ -551,16 +554,16 @@ class SessionManager:
                     (session.key, original) if error.index % 2 == 0 else (session.reply, reply)
                 )
                 timeout_ns = int(session.idle_timeout * 1e9)
-                retry.append(encoder.update_bytes(p4r.Update.MODIFY, key, params, timeout_ns))
+                retry.append(SessionUpdate(p4r.Update.MODIFY, key, params, timeout_ns))
                 retry_owner.append(error.index // 2)
             else:
                 failed_sessions.add(item.session.id)
         if retry:
-            again = connection.write_raw(retry, "sessions (existing)")
+            again = self._write(npm, retry, "sessions (existing)")
             for error in again.failed:
                 failed_sessions.add(items[retry_owner[error.index]].session.id)
         done: list[_Pending] = []
-        cleanup: list[bytes] = []
+        cleanup: list[SessionUpdate] = []
         for i, item in enumerate(items):
             if item.session.id in failed_sessions:
                 self._unindex(item.session)
@@ -568,11 +571,11 @@ class SessionManager:
                 self.metrics.session_failures.labels(npm, "refused").inc()
                 for j, key in ((2 * i, item.session.key), (2 * i + 1, item.session.reply)):
                     if j not in failed_updates:
-                        cleanup.append(encoder.delete_bytes(key))
+                        cleanup.append(SessionUpdate(p4r.Update.DELETE, key))
                 continue
             done.append(item)
         if cleanup:
-            connection.write_raw(cleanup, "sessions (cleanup)")
+            self._write(npm, cleanup, "sessions (cleanup)")
         self.store.submit(self.db.insert_sessions, [item.session.row() for item in done])
         finished = time.perf_counter()
         latency_metric = self.metrics.setup_latency
@@ -604,9 +607,9 @@ class SessionManager:
         for npm, items in by_npm.items():
             connection = self.npms.get(npm)
             if connection is not None and connection.is_primary:
-                encoder = self.encoder(npm)
-                deletes = [encoder.delete_bytes(key) for s in items for key in (s.key, s.reply)]
-                result = connection.write_raw(deletes, f"remove sessions ({reason})")
+                delete = p4r.Update.DELETE
+                deletes = [SessionUpdate(delete, key) for s in items for key in (s.key, s.reply)]
+                result = self._write(npm, deletes, f"remove sessions ({reason})")
                 for error in result.failed:
                     if error.code != rpc_code.NOT_FOUND:
                         LOG.warning("%s: could not delete a session entry: %s", npm, error.message)
@@ -628,15 +631,14 @@ class SessionManager:
             by_npm.setdefault(session.npm, []).append(session)
         changed = 0
         for npm, items in by_npm.items():
-            connection = self.npms[npm]
-            encoder = self.encoder(npm)
+            modify = p4r.Update.MODIFY
             updates = []
             for s in items:
                 original, reply = direction_params(s)
                 timeout_ns = int(s.idle_timeout * 1e9)
-                updates.append(encoder.update_bytes(p4r.Update.MODIFY, s.key, original, timeout_ns))
-                updates.append(encoder.update_bytes(p4r.Update.MODIFY, s.reply, reply, timeout_ns))
-            result = connection.write_raw(updates, what)
+                updates.append(SessionUpdate(modify, s.key, original, timeout_ns))
+                updates.append(SessionUpdate(modify, s.reply, reply, timeout_ns))
+            result = self._write(npm, updates, what)
             gone = {items[e.index // 2].id for e in result.failed if e.code == rpc_code.NOT_FOUND}
             if gone:
                 self.remove([s for s in items if s.id in gone], "gone")
@@ -862,7 +864,7 @@ class SessionManager:
                     (session.key, session.reply), self.entries_of(session), strict=True
                 ):
                     kind = p4r.Update.MODIFY if key in on_switch else p4r.Update.INSERT
-                    updates.append(_update(kind, entry))
+                    updates.append(update_of(kind, entry))
             connection.write_checked(updates, "reinstall sessions")
             report.reinstalled = len(reinstall)
         # Entries nobody claims: pair them up.
@@ -894,7 +896,7 @@ class SessionManager:
             adopted.append(session)
         if orphans:
             connection.write(
-                [_update(p4r.Update.DELETE, encoder.match(k)) for k in orphans], "orphan entries"
+                [update_of(p4r.Update.DELETE, encoder.match(k)) for k in orphans], "orphan entries"
             )
         self.db.insert_sessions([s.row() for s in adopted])
         report.adopted_from_switch = len(adopted)

@@ -99,6 +99,11 @@ def entity_of(message: Any) -> p4r.Entity:
     return entity
 
 
+def update_of(kind: int, message: Any) -> p4r.Update:
+    """An Update of `kind` (INSERT, MODIFY, DELETE) of an entity message (see `entity_of`)."""
+    return p4r.Update(type=kind, entity=entity_of(message))  # type: ignore[arg-type]
+
+
 class P4RuntimeClient:
     """One controller connection to one device."""
 
