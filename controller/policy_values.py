@@ -21,17 +21,6 @@ from opengate.yamlconf import (
 
 T = TypeVar("T")
 
-FORMAT_VERSION = 1
-ROLES = {"inside": pc.ROLE_INSIDE, "outside": pc.ROLE_OUTSIDE, "spm": pc.ROLE_SPM}
-FAIL_POLICIES = ("resteer", "fail_closed")
-ON_FAILURE = ("open", "closed")
-SERVICES = ("ips", "av")
-TO_CPU_ACTIONS = ("drop", "permit")
-CPU_REASONS = {"session_nat": pc.CPU_REASON_SESSION_NAT, "acl": pc.CPU_REASON_ACL}
-MAX_CLASS_ID = (1 << 8) - 1
-MAX_PORT_NUMBER = (1 << 9) - 2  # 9-bit ports; 511 is unused, 255 is the CPU port
-MAX_POOL_ID = (1 << 16) - 1
-
 # one port per cell of the program's flow_nat register (controller.policy.NatSpec)
 NAT_DP_PORTS = pc.REGISTER_SIZES[pc.R_FLOW_NAT]
 

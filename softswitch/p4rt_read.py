@@ -19,6 +19,21 @@ from softswitch.p4rt_common import (
     canonical,
 )
 
+# Entity kind -> the ReadHandlers method that reads it (pipe, the entity as a filter).
+_READERS = {
+    "table_entry": "_read_tables",
+    "action_profile_member": "_read_members",
+    "action_profile_group": "_read_groups",
+    "counter_entry": "_read_counters",
+    "direct_counter_entry": "_read_direct_counters",
+    "meter_entry": "_read_meters",
+    "direct_meter_entry": "_read_direct_meters",
+    "register_entry": "_read_registers",
+    "packet_replication_engine_entry": "_read_pre",
+    "digest_entry": "_read_digests",
+    "value_set_entry": "_read_value_sets",
+}
+
 
 class ReadHandlers(TableCodec):
     """Mixin of P4RuntimeService: the entities one Read request asks for."""
@@ -27,29 +42,17 @@ class ReadHandlers(TableCodec):
 
     def _read_one(self, pipe: Pipeline, ent: Any) -> list[Any]:
         which = ent.WhichOneof("entity")
-        if which == "table_entry":
-            return self._read_tables(pipe, ent.table_entry)
-        if which == "action_profile_member":
-            return self._read_members(pipe, ent.action_profile_member)
-        if which == "action_profile_group":
-            return self._read_groups(pipe, ent.action_profile_group)
-        if which == "counter_entry":
-            return self._read_counters(pipe, ent.counter_entry)
-        if which == "direct_counter_entry":
-            return self._read_direct(pipe, ent.direct_counter_entry.table_entry, counters=True)
-        if which == "meter_entry":
-            return self._read_meters(pipe, ent.meter_entry)
-        if which == "direct_meter_entry":
-            return self._read_direct(pipe, ent.direct_meter_entry.table_entry, counters=False)
-        if which == "register_entry":
-            return self._read_registers(pipe, ent.register_entry)
-        if which == "packet_replication_engine_entry":
-            return self._read_pre(pipe, ent.packet_replication_engine_entry)
-        if which == "digest_entry":
-            return self._read_digests(pipe, ent.digest_entry)
-        if which == "value_set_entry":
-            return self._read_value_sets(pipe, ent.value_set_entry)
-        raise P4RTError(Code.UNIMPLEMENTED, f"reading {which!r} is not supported")
+        method = _READERS.get(which or "")
+        if method is None:
+            raise P4RTError(Code.UNIMPLEMENTED, f"reading {which!r} is not supported")
+        result: list[Any] = getattr(self, method)(pipe, getattr(ent, which))
+        return result
+
+    def _read_direct_counters(self, pipe: Pipeline, d: Any) -> list[Any]:
+        return self._read_direct(pipe, d.table_entry, counters=True)
+
+    def _read_direct_meters(self, pipe: Pipeline, d: Any) -> list[Any]:
+        return self._read_direct(pipe, d.table_entry, counters=False)
 
     def _matching_entries(self, pipe: Pipeline, te: Any) -> list[tuple[TableInfo, tb.Entry | None]]:
         infos = [self._table(pipe, te.table_id)] if te.table_id else list(pipe.map.tables.values())

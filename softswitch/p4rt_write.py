@@ -24,6 +24,21 @@ from softswitch.p4rt_common import (
     to_int,
 )
 
+# Entity kind -> the WriteHandlers method that writes it (pipe, update type, the entity).
+_WRITERS = {
+    "table_entry": "_write_table_entry",
+    "action_profile_member": "_write_member",
+    "action_profile_group": "_write_group",
+    "counter_entry": "_write_counter",
+    "direct_counter_entry": "_write_direct_counter",
+    "meter_entry": "_write_meter",
+    "direct_meter_entry": "_write_direct_meter",
+    "register_entry": "_write_register",
+    "packet_replication_engine_entry": "_write_pre",
+    "digest_entry": "_write_digest",
+    "value_set_entry": "_write_value_set",
+}
+
 
 class WriteHandlers(TableCodec):
     """Mixin of P4RuntimeService: one Update at a time."""
@@ -37,30 +52,10 @@ class WriteHandlers(TableCodec):
             raise P4RTError(Code.INVALID_ARGUMENT, "update type is UNSPECIFIED")
         entity = update.entity
         which = entity.WhichOneof("entity")
-        if which == "table_entry":
-            self._write_table_entry(pipe, kind, entity.table_entry)
-        elif which == "action_profile_member":
-            self._write_member(pipe, kind, entity.action_profile_member)
-        elif which == "action_profile_group":
-            self._write_group(pipe, kind, entity.action_profile_group)
-        elif which == "counter_entry":
-            self._write_counter(pipe, kind, entity.counter_entry)
-        elif which == "direct_counter_entry":
-            self._write_direct_counter(pipe, kind, entity.direct_counter_entry)
-        elif which == "meter_entry":
-            self._write_meter(pipe, kind, entity.meter_entry)
-        elif which == "direct_meter_entry":
-            self._write_direct_meter(pipe, kind, entity.direct_meter_entry)
-        elif which == "register_entry":
-            self._write_register(pipe, kind, entity.register_entry)
-        elif which == "packet_replication_engine_entry":
-            self._write_pre(pipe, kind, entity.packet_replication_engine_entry)
-        elif which == "digest_entry":
-            self._write_digest(pipe, kind, entity.digest_entry)
-        elif which == "value_set_entry":
-            self._write_value_set(pipe, kind, entity.value_set_entry)
-        else:
+        method = _WRITERS.get(which or "")
+        if method is None:
             raise P4RTError(Code.UNIMPLEMENTED, f"entity {which!r} is not supported")
+        getattr(self, method)(pipe, kind, getattr(entity, which))
 
     def _write_table_entry(self, pipe: Pipeline, kind: int, te: Any) -> None:
         U = p4r.Update  # noqa: N806

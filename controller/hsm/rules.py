@@ -62,13 +62,7 @@ class AclRule:
     origin: Origin | None = None
 
     def matches(self, packet: Packet) -> bool:
-        return (
-            any(p.contains(packet.src) for p in self.src)
-            and any(p.contains(packet.dst) for p in self.dst)
-            and any(r.contains(packet.sport) for r in self.sport)
-            and any(r.contains(packet.dport) for r in self.dport)
-            and any(p.contains(packet.proto) for p in self.proto)
-        )
+        return _fields_match(self, packet)
 
 
 # -- ClassBench --------------------------------------------------------------------------------
@@ -293,10 +287,15 @@ class IdsRule:
         return self._forward(packet) or (self.bidirectional and self._forward(packet.reversed()))
 
     def _forward(self, packet: Packet) -> bool:
-        return (
-            any(p.contains(packet.src) for p in self.src)
-            and any(p.contains(packet.dst) for p in self.dst)
-            and any(r.contains(packet.sport) for r in self.sport)
-            and any(r.contains(packet.dport) for r in self.dport)
-            and any(p.contains(packet.proto) for p in self.proto)
-        )
+        return _fields_match(self, packet)
+
+
+def _fields_match(rule: AclRule | IdsRule, packet: Packet) -> bool:
+    """Whether each of the packet's five fields is in one of the rule's values for it."""
+    return (
+        any(p.contains(packet.src) for p in rule.src)
+        and any(p.contains(packet.dst) for p in rule.dst)
+        and any(r.contains(packet.sport) for r in rule.sport)
+        and any(r.contains(packet.dport) for r in rule.dport)
+        and any(p.contains(packet.proto) for p in rule.proto)
+    )
