@@ -187,31 +187,24 @@ class WriteHandlers(TableCodec):
         )
 
     @staticmethod
-    def _take_refs(t: tb.Table, entry: tb.Entry) -> None:
-        if t.profile is None:
-            return
-        ref = (
-            ("m", entry.member.id)
-            if entry.member
-            else ("g", entry.group.id)
-            if entry.group
-            else None
-        )
-        if ref:
+    def _profile_ref(entry: tb.Entry) -> tuple[str, int] | None:
+        """The action profile member or group an indirect entry refers to."""
+        if entry.member:
+            return ("m", entry.member.id)
+        if entry.group:
+            return ("g", entry.group.id)
+        return None
+
+    @classmethod
+    def _take_refs(cls, t: tb.Table, entry: tb.Entry) -> None:
+        ref = cls._profile_ref(entry)
+        if t.profile is not None and ref:
             t.profile.refcount[ref] = t.profile.refcount.get(ref, 0) + 1
 
-    @staticmethod
-    def _release_refs(t: tb.Table, entry: tb.Entry) -> None:
-        if t.profile is None:
-            return
-        ref = (
-            ("m", entry.member.id)
-            if entry.member
-            else ("g", entry.group.id)
-            if entry.group
-            else None
-        )
-        if ref and ref in t.profile.refcount:
+    @classmethod
+    def _release_refs(cls, t: tb.Table, entry: tb.Entry) -> None:
+        ref = cls._profile_ref(entry)
+        if t.profile is not None and ref and ref in t.profile.refcount:
             t.profile.refcount[ref] -= 1
             if t.profile.refcount[ref] <= 0:
                 del t.profile.refcount[ref]

@@ -13,7 +13,7 @@ import selectors
 import socket
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 LOG = logging.getLogger(__name__)
 
@@ -48,29 +48,10 @@ class Ports:
         self._stopping = threading.Event()
         try:
             for num, ifname in self.interfaces.items():
-                self.sockets[num] = self._open(ifname)
+                self.sockets[num] = open_port(ifname)
         except OSError:
             self.close()
             raise
-
-    @staticmethod
-    def _open(ifname: str) -> socket.socket:
-        try:
-            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-        except OSError as exc:
-            raise PortError(exc.errno, f"cannot open a raw socket (root needed?): {exc}") from None
-        try:
-            sock.bind((ifname, 0))
-            ifindex = socket.if_nametoindex(ifname)
-            mreq = struct.pack("iHH8s", ifindex, PACKET_MR_PROMISC, 0, b"")
-            sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
-            sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-            sock.setblocking(False)
-        except OSError as exc:
-            sock.close()
-            raise PortError(exc.errno, f"interface {ifname!r}: {exc.strerror or exc}") from None
-        return sock
 
     def transmit(self, port: int, frame: bytes) -> None:
         sock = self.sockets.get(port)
@@ -101,24 +82,11 @@ class Ports:
 
     @staticmethod
     def _drain(num: int, sock: socket.socket, receive: Receive) -> None:
-        for _ in range(BATCH):
-            try:
-                frame, ancdata, _flags, addr = sock.recvmsg(MAX_FRAME, _CMSG_SPACE)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                LOG.warning("port %d: receive failed: %s", num, exc)
-                return
-            if addr[2] == PACKET_OUTGOING:
-                continue
-            for level, kind, data in ancdata:
-                if level == SOL_PACKET and kind == PACKET_AUXDATA and len(data) >= _AUX.size:
-                    status, _, _, _, _, tci, tpid = _AUX.unpack_from(data)
-                    if status & TP_STATUS_VLAN_VALID and len(frame) >= 12:
-                        if not status & TP_STATUS_VLAN_TPID_VALID:
-                            tpid = 0x8100
-                        frame = frame[:12] + struct.pack("!HH", tpid, tci) + frame[12:]
-            receive(num, frame)
+        try:
+            for frame in received_frames(sock, BATCH):
+                receive(num, frame)
+        except OSError as exc:
+            LOG.warning("port %d: receive failed: %s", num, exc)
 
     def close(self) -> None:
         self._stopping.set()
@@ -132,3 +100,46 @@ class Ports:
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
+
+
+def open_port(ifname: str) -> socket.socket:
+    """A non-blocking raw socket on `ifname`, promiscuous, with VLAN auxiliary data."""
+    try:
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    except OSError as exc:
+        raise PortError(exc.errno, f"cannot open a raw socket (root needed?): {exc}") from None
+    try:
+        sock.bind((ifname, 0))
+        ifindex = socket.if_nametoindex(ifname)
+        mreq = struct.pack("iHH8s", ifindex, PACKET_MR_PROMISC, 0, b"")
+        sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
+        sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        raise PortError(exc.errno, f"interface {ifname!r}: {exc.strerror or exc}") from None
+    return sock
+
+
+def received_frames(sock: socket.socket, limit: int | None = None) -> Iterator[bytes]:
+    """The frames waiting on a socket from `open_port` (at most `limit`), not counting those
+    sent on it, with the VLAN tag the kernel took off put back. Receive errors other than
+    "nothing waiting" are raised."""
+    count = 0
+    while limit is None or count < limit:
+        try:
+            frame, ancdata, _flags, addr = sock.recvmsg(MAX_FRAME, _CMSG_SPACE)
+        except (BlockingIOError, InterruptedError):
+            return
+        count += 1
+        if addr[2] == PACKET_OUTGOING:
+            continue
+        for level, kind, data in ancdata:
+            if level == SOL_PACKET and kind == PACKET_AUXDATA and len(data) >= _AUX.size:
+                status, _, _, _, _, tci, tpid = _AUX.unpack_from(data)
+                if status & TP_STATUS_VLAN_VALID and len(frame) >= 12:
+                    if not status & TP_STATUS_VLAN_TPID_VALID:
+                        tpid = 0x8100
+                    frame = frame[:12] + struct.pack("!HH", tpid, tci) + frame[12:]
+        yield frame

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ptf import testutils
+from scapy.packet import Packet
 
 from opengate import p4constants as pc
 
@@ -21,6 +22,17 @@ from opengate_test import (
     tcp_packet,
     udp_packet,
 )
+
+
+def opens_a_session(test: OpenGateTest, packet: Packet, key: tuple[int, int, int]) -> None:
+    """With everything permitted, `packet` from the inside is routed out at once and reported
+    with a session request whose (protocol, source port, destination port) is `key`."""
+    test.classify_everything()
+    test.enable_digest(pc.D_SESSION_REQUEST_T)
+    testutils.send_packet(test, INSIDE, bytes(packet))
+    testutils.verify_packet(test, routed(packet, OUTSIDE, HOST_OUT_MAC), OUTSIDE)
+    record = test.next_digest(pc.D_SESSION_REQUEST_T)
+    test.assertEqual((record["ip_proto"], record["l4_sport"], record["l4_dport"]), key)
 
 
 class SessionHitForwardsBothWaysAndCounts(OpenGateTest):
@@ -145,30 +157,14 @@ class EchoRequestOpensSession(OpenGateTest):
     its source port."""
 
     def runTest(self) -> None:
-        self.classify_everything()
-        self.enable_digest(pc.D_SESSION_REQUEST_T)
-        ping = refresh(icmp_echo(ident=0x4242))
-        testutils.send_packet(self, INSIDE, bytes(ping))
-        testutils.verify_packet(self, routed(ping, OUTSIDE, HOST_OUT_MAC), OUTSIDE)
-        record = self.next_digest(pc.D_SESSION_REQUEST_T)
-        self.assertEqual(
-            (record["ip_proto"], record["l4_sport"], record["l4_dport"]), (1, 0x4242, 0)
-        )
+        opens_a_session(self, refresh(icmp_echo(ident=0x4242)), (1, 0x4242, 0))
 
 
 class UdpOpensSession(OpenGateTest):
     """Any permitted UDP datagram without a session opens one."""
 
     def runTest(self) -> None:
-        self.classify_everything()
-        self.enable_digest(pc.D_SESSION_REQUEST_T)
-        datagram = refresh(udp_packet())
-        testutils.send_packet(self, INSIDE, bytes(datagram))
-        testutils.verify_packet(self, routed(datagram, OUTSIDE, HOST_OUT_MAC), OUTSIDE)
-        record = self.next_digest(pc.D_SESSION_REQUEST_T)
-        self.assertEqual(
-            (record["ip_proto"], record["l4_sport"], record["l4_dport"]), (17, 5353, 53)
-        )
+        opens_a_session(self, refresh(udp_packet()), (17, 5353, 53))
 
 
 class BlockedSessionDropped(OpenGateTest):

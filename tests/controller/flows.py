@@ -34,13 +34,8 @@ def request(
     acl_rule: int = 1,
 ) -> dict[str, int]:
     """A session_request_t digest record."""
-    src, dst, proto, sport, dport = flow
     return {
-        "ipv4_src": src,
-        "ipv4_dst": dst,
-        "ip_proto": proto,
-        "l4_sport": sport,
-        "l4_dport": dport,
+        **key_fields(flow),
         "ingress_port": ingress_port,
         "acl_rule": acl_rule,
         "ids_class": ids_class,
@@ -50,15 +45,13 @@ def request(
 
 
 def close(flow: FlowKey, flags: int) -> dict[str, int]:
-    src, dst, proto, sport, dport = flow
-    return {
-        "ipv4_src": src,
-        "ipv4_dst": dst,
-        "ip_proto": proto,
-        "l4_sport": sport,
-        "l4_dport": dport,
-        "tcp_flags": flags,
-    }
+    return {**key_fields(flow), "tcp_flags": flags}
+
+
+def key_fields(flow: FlowKey) -> dict[str, int]:
+    """A flow key as the digests' five key members."""
+    names = ("ipv4_src", "ipv4_dst", "ip_proto", "l4_sport", "l4_dport")
+    return dict(zip(names, flow, strict=True))
 
 
 def syn(src: str, dst: str, sport: int, dport: int, eth_dst: str = GW_IN_MAC) -> bytes:

@@ -51,6 +51,39 @@ def expected_entry(
     return normalized(message)
 
 
+def nat_pair(
+    controller: Controller,
+    original: tuple[int, int, int, int, int],
+    kind: int,
+    rewritten: tuple[str, int],
+    reply: tuple[int, int, int, int, int],
+    restored: tuple[str, int],
+    **values: int,
+) -> list[p4r.TableEntry]:
+    """The two entries of a NAT session: the original direction rewritten (`kind`) to
+    `rewritten` (address, port), the reply the other way to `restored`, before its SPM."""
+    other = pc.NAT_REWRITE_DST if kind == pc.NAT_REWRITE_SRC else pc.NAT_REWRITE_SRC
+    return [
+        expected_entry(
+            controller,
+            original,
+            **values,
+            nat_kind=kind,
+            nat_addr=ip(rewritten[0]),
+            nat_port=rewritten[1],
+        ),
+        expected_entry(
+            controller,
+            reply,
+            **values,
+            nat_kind=other,
+            nat_addr=ip(restored[0]),
+            nat_port=restored[1],
+            nat_before_spm=1,
+        ),
+    ]
+
+
 def normalized(entry: p4r.TableEntry) -> p4r.TableEntry:
     out = p4r.TableEntry()
     out.CopyFrom(entry)
@@ -136,26 +169,15 @@ def test_masquerade_packet_in_allocates_installs_and_reinjects(
     assert meta == {"egress_port": 0, "submit_to_ingress": 1, "_pad": 0}
     forward = {"class_id": 1, "spm_port": 3, "spm_mac": SPM1_MAC}
     # 40000 is outside the policy's NAT range (20000-20009): the first free port is taken.
-    assert session_entries(switch) == [
-        expected_entry(
-            controller,
-            key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 80),
-            **forward,
-            nat_kind=pc.NAT_REWRITE_SRC,
-            nat_addr=ip(GW_OUT),
-            nat_port=20000,
-            nat_before_spm=0,
-        ),
-        expected_entry(
-            controller,
-            key(OUT1, GW_OUT, pc.IP_PROTO_TCP, 80, 20000),
-            **forward,
-            nat_kind=pc.NAT_REWRITE_DST,
-            nat_addr=ip(H1),
-            nat_port=40000,
-            nat_before_spm=1,
-        ),
-    ]
+    assert session_entries(switch) == nat_pair(
+        controller,
+        key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 80),
+        pc.NAT_REWRITE_SRC,
+        (GW_OUT, 20000),
+        key(OUT1, GW_OUT, pc.IP_PROTO_TCP, 80, 20000),
+        (H1, 40000),
+        **forward,
+    )
 
 
 def test_masquerade_keeps_the_source_port_when_free(
@@ -195,23 +217,14 @@ def test_port_forward_rewrites_the_destination(
     controller = make_controller(switch)
     switch.inject_packet_in(syn(OUT1, GW_OUT, 5555, 8080), packet_in_meta(ingress_port=2))
     wait_until("the packet-out", lambda: switch.packet_out(0.05))
-    assert session_entries(switch) == [
-        expected_entry(
-            controller,
-            key(OUT1, GW_OUT, pc.IP_PROTO_TCP, 5555, 8080),
-            nat_kind=pc.NAT_REWRITE_DST,
-            nat_addr=ip(H1),
-            nat_port=80,
-        ),
-        expected_entry(
-            controller,
-            key(H1, OUT1, pc.IP_PROTO_TCP, 80, 5555),
-            nat_kind=pc.NAT_REWRITE_SRC,
-            nat_addr=ip(GW_OUT),
-            nat_port=8080,
-            nat_before_spm=1,
-        ),
-    ]
+    assert session_entries(switch) == nat_pair(
+        controller,
+        key(OUT1, GW_OUT, pc.IP_PROTO_TCP, 5555, 8080),
+        pc.NAT_REWRITE_DST,
+        (H1, 80),
+        key(H1, OUT1, pc.IP_PROTO_TCP, 80, 5555),
+        (GW_OUT, 8080),
+    )
 
 
 def test_icmp_echo_is_masqueraded_by_identifier(
@@ -220,23 +233,14 @@ def test_icmp_echo_is_masqueraded_by_identifier(
     controller = make_controller(switch)
     switch.inject_packet_in(ping(H1, OUT1, 0x1234), packet_in_meta())
     wait_until("the packet-out", lambda: switch.packet_out(0.05))
-    assert session_entries(switch) == [
-        expected_entry(
-            controller,
-            key(H1, OUT1, pc.IP_PROTO_ICMP, 0x1234, 0),
-            nat_kind=pc.NAT_REWRITE_SRC,
-            nat_addr=ip(GW_OUT),
-            nat_port=20000,
-        ),
-        expected_entry(
-            controller,
-            key(OUT1, GW_OUT, pc.IP_PROTO_ICMP, 0, 20000),
-            nat_kind=pc.NAT_REWRITE_DST,
-            nat_addr=ip(H1),
-            nat_port=0x1234,
-            nat_before_spm=1,
-        ),
-    ]
+    assert session_entries(switch) == nat_pair(
+        controller,
+        key(H1, OUT1, pc.IP_PROTO_ICMP, 0x1234, 0),
+        pc.NAT_REWRITE_SRC,
+        (GW_OUT, 20000),
+        key(OUT1, GW_OUT, pc.IP_PROTO_ICMP, 0, 20000),
+        (H1, 0x1234),
+    )
 
 
 def test_acl_to_cpu_packets_are_dropped_by_default(

@@ -26,7 +26,6 @@ import queue
 import random
 import selectors
 import socket
-import struct
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +64,7 @@ from opengate.testbed import (
     session_entry,
     tag_mac,
 )
+from softswitch.ports import open_port, received_frames
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.needs_bmv2, pytest.mark.slow]
 
@@ -80,16 +80,6 @@ GROUP = 100 + POOL
 QUIET = 0.5  # seconds without output that end a batch
 DEADLINE = 15.0  # seconds a batch may take at most
 BATCH = 40
-
-ETH_P_ALL = 0x0003
-SOL_PACKET = 263
-PACKET_ADD_MEMBERSHIP = 1
-PACKET_MR_PROMISC = 1
-PACKET_AUXDATA = 8
-PACKET_OUTGOING = 4
-TP_STATUS_VLAN_VALID = 0x10
-TP_STATUS_VLAN_TPID_VALID = 0x40
-_AUX = struct.Struct("=IIIHHHH")
 
 
 # -- the configuration both targets get ---------------------------------------------------------
@@ -335,6 +325,13 @@ def tcp(
     )
 
 
+def inside(payload: Packet, **ip: object) -> Frame:
+    """A frame h1 sends the gateway's inside port: its IPv4 header (fields `ip` over h1 -> h2,
+    id 1) and `payload` above it."""
+    fields: dict[str, object] = {"src": HOST_IN, "dst": HOST_OUT, "id": 1, **ip}
+    return Frame(INSIDE, bytes(Ether(src=HOST_IN_MAC, dst=GW_MAC[INSIDE]) / IP(**fields) / payload))
+
+
 def from_outside(packet: Packet) -> Packet:
     packet[Ether].src = HOST_OUT_MAC
     packet[Ether].dst = GW_MAC[OUTSIDE]
@@ -351,33 +348,9 @@ def well_formed() -> list[Stimulus]:
         Frame(
             OUTSIDE, bytes(from_outside(tcp(HOST_OUT, GW_OUT_IP, 80, 61001, "SA", payload=b"x")))
         ),
-        Frame(
-            INSIDE,
-            bytes(
-                Ether(src=HOST_IN_MAC, dst=GW_MAC[INSIDE])
-                / IP(src=HOST_IN, dst=HOST_OUT, id=1)
-                / UDP(sport=5353, dport=53)
-                / b"query"
-            ),
-        ),
-        Frame(
-            INSIDE,
-            bytes(
-                Ether(src=HOST_IN_MAC, dst=GW_MAC[INSIDE])
-                / IP(src=HOST_IN, dst=HOST_OUT, id=1)
-                / UDP(sport=5353, dport=53, chksum=0)
-                / b"query"
-            ),
-        ),
-        Frame(
-            INSIDE,
-            bytes(
-                Ether(src=HOST_IN_MAC, dst=GW_MAC[INSIDE])
-                / IP(src=HOST_IN, dst=HOST_OUT, id=1)
-                / ICMP(type=8, id=0x1234, seq=1)
-                / b"ping"
-            ),
-        ),
+        inside(UDP(sport=5353, dport=53) / b"query"),
+        inside(UDP(sport=5353, dport=53, chksum=0) / b"query"),
+        inside(ICMP(type=8, id=0x1234, seq=1) / b"ping"),
         Frame(OUTSIDE, bytes(from_outside(tcp(HOST_OUT, GW_OUT_IP, 50000, 8080, "A")))),  # DNAT
         Frame(INSIDE, bytes(tcp(sport=40003))),  # blocked session
         Frame(INSIDE, bytes(tcp(flags="FA"))),  # end of a session: session-close digest
@@ -419,23 +392,10 @@ def well_formed() -> list[Stimulus]:
         Frame(INSIDE, bytes(tcp(sport=45000, flags="A"))),  # ACK without a session
         Frame(INSIDE, bytes(tcp(sport=45001, flags="S"))),  # new flow, inspected: selector
         Frame(INSIDE, bytes(tcp(sport=45002, dport=23, flags="S"))),  # ACL deny
-        Frame(
-            INSIDE,
-            bytes(
-                Ether(src=HOST_IN_MAC, dst=GW_MAC[INSIDE])
-                / IP(src=HOST_IN, dst=HOST_OUT, id=1)
-                / UDP(sport=6000, dport=7000)
-                / b"new udp flow"
-            ),
+        inside(
+            UDP(sport=6000, dport=7000) / b"new udp flow"
         ),  # new UDP flow, not inspected: routed at once
-        Frame(
-            INSIDE,
-            bytes(
-                Ether(src=HOST_IN_MAC, dst=GW_MAC[INSIDE])
-                / IP(src=HOST_IN, dst=HOST_OUT, id=1)
-                / ICMP(type=8, id=77, seq=1)
-            ),
-        ),  # new ICMP echo: ACL to CPU
+        inside(ICMP(type=8, id=77, seq=1)),  # new ICMP echo: ACL to CPU
         Frame(INSIDE, bytes(tcp(src=HOST_MASQ, sport=45003, flags="S"))),  # needs SNAT: to CPU
         Frame(OUTSIDE, bytes(from_outside(tcp(HOST_OUT, GW_OUT_IP, 50001, 8080, "S")))),  # fwd
         Frame(INSIDE, bytes(tcp(flags="PA", ttl=1))),  # TTL expires
@@ -461,30 +421,9 @@ def well_formed() -> list[Stimulus]:
                 / TCP(sport=40000, dport=80, flags="A")
             ),
         ),  # VLAN-tagged session packet
-        Frame(
-            INSIDE,
-            bytes(
-                Ether(src=HOST_IN_MAC, dst=GW_MAC[INSIDE])
-                / IP(src=HOST_IN, dst=HOST_OUT, id=1, options=b"\x01\x01\x01\x00")
-                / TCP(sport=40000, dport=80, flags="A")
-            ),
-        ),  # IPv4 options
-        Frame(
-            INSIDE,
-            bytes(
-                Ether(src=HOST_IN_MAC, dst=GW_MAC[INSIDE])
-                / IP(src=HOST_IN, dst=HOST_OUT, id=1, flags="MF")
-                / TCP(sport=40000, dport=80, flags="A")
-            ),
-        ),  # first fragment
-        Frame(
-            INSIDE,
-            bytes(
-                Ether(src=HOST_IN_MAC, dst=GW_MAC[INSIDE])
-                / IP(src=HOST_IN, dst=HOST_OUT, id=1, frag=10, proto=6)
-                / Raw(b"\x00" * 24)
-            ),
-        ),  # later fragment
+        inside(TCP(sport=40000, dport=80, flags="A"), options=b"\x01\x01\x01\x00"),  # IPv4 options
+        inside(TCP(sport=40000, dport=80, flags="A"), flags="MF"),  # first fragment
+        inside(Raw(b"\x00" * 24), frag=10, proto=6),  # later fragment
         Frame(INSIDE, bytes(tcp(flags="PA"))[:40]),  # truncated TCP header
         Frame(INSIDE, _bad_ip_checksum(tcp(flags="PA"))),
         Frame(INSIDE, bytes(tcp(flags="PA"))[:14] + b"\x44" + bytes(tcp(flags="PA"))[15:]),  # IHL 4
@@ -589,35 +528,6 @@ def fuzz_frames(count: int, seed: int = 2024) -> list[Stimulus]:
 # -- the two targets ---------------------------------------------------------------------------
 
 
-def _capture_socket(ifname: str) -> socket.socket:
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-    sock.bind((ifname, 0))
-    mreq = struct.pack("iHH8s", socket.if_nametoindex(ifname), PACKET_MR_PROMISC, 0, b"")
-    sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
-    sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    sock.setblocking(False)
-    return sock
-
-
-def _receive(sock: socket.socket) -> Iterator[bytes]:
-    """Frames the switch sent to this peer (not the ones we sent), VLAN tags put back."""
-    while True:
-        try:
-            frame, ancdata, _flags, addr = sock.recvmsg(65600, socket.CMSG_SPACE(_AUX.size))
-        except (BlockingIOError, InterruptedError):
-            return
-        if addr[2] == PACKET_OUTGOING:
-            continue
-        for level, kind, data in ancdata:
-            if level == SOL_PACKET and kind == PACKET_AUXDATA and len(data) >= _AUX.size:
-                status, _, _, _, _, tci, tpid = _AUX.unpack_from(data)
-                if status & TP_STATUS_VLAN_VALID:
-                    tpid = tpid if status & TP_STATUS_VLAN_TPID_VALID else 0x8100
-                    frame = frame[:12] + struct.pack("!HH", tpid, tci) + frame[12:]
-        yield frame
-
-
 @dataclass
 class Side:
     name: str
@@ -649,7 +559,7 @@ class Harness:
             side: Side = key.data
             sock: socket.socket = key.fileobj  # type: ignore[assignment]
             port = self._port_of(side, sock)
-            for frame in _receive(sock):
+            for frame in received_frames(sock):
                 side.outputs[(port, frame, ())] += 1
                 got = True
         for side in self.sides:
@@ -841,7 +751,7 @@ def harness() -> Iterator[Harness]:
             )
             client = stack.enter_context(P4RuntimeClient(sw.grpc_address, 1, 10).connect())
             _install(client, schema)
-            sockets = {n: _capture_socket(pair[1]) for n, pair in zip(PORTS, pairs, strict=True)}
+            sockets = {n: open_port(pair[1]) for n, pair in zip(PORTS, pairs, strict=True)}
             for sock in sockets.values():
                 stack.callback(sock.close)
             sides.append(Side(name, client, sockets))
