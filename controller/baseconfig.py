@@ -8,6 +8,7 @@ entries, then groups, then table entries, and deletions last.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -28,6 +29,7 @@ BASE_TABLES = (
     pc.T_CLASS_POLICY,
     pc.T_FLOW_AGEING,
     pc.T_NAT_DP_REVERSE,
+    pc.T_DNAT_DP_REVERSE,
 )
 # Keyless tables whose default action the base configuration sets.
 BASE_DEFAULTS = (pc.T_NPM_IDENTITY, pc.T_ACL_VERDICT)
@@ -198,16 +200,33 @@ def desired_base(
                     {"port_base": dp_base},
                 )
             )
+    # Port forwards: carried by the NPM (its flows rewritten from the rule, their replies known
+    # by their source in dnat_dp_reverse) where the program and the policy allow it and the
+    # forward's target is no other forward's (else a reply could not tell its public end); the
+    # others set up by the CPM (packet-in).
+    targets = Counter((int(f.to), f.proto, f.to_port) for f in policy.nat.port_forwards)
     for forward in policy.nat.port_forwards:
+        match = {
+            "ipv4_dst": Exact(int(forward.address)),
+            "ip_proto": Exact(forward.proto),
+            "l4_dport": Exact(forward.port),
+        }
+        target = (int(forward.to), forward.proto, forward.to_port)
+        if dp_base is None or not has(pc.T_DNAT_DP_REVERSE) or targets[target] > 1:
+            out.add(TableEntry.make(pc.T_DNAT_RULE, match, pc.A_PORT_FORWARD))
+            continue
+        params = {"to_addr": target[0], "to_port": forward.to_port}
+        out.add(TableEntry.make(pc.T_DNAT_RULE, match, pc.A_PORT_FORWARD_DP, params))
         out.add(
             TableEntry.make(
-                pc.T_DNAT_RULE,
+                pc.T_DNAT_DP_REVERSE,
                 {
-                    "ipv4_dst": Exact(int(forward.address)),
+                    "ipv4_src": Exact(target[0]),
                     "ip_proto": Exact(forward.proto),
-                    "l4_dport": Exact(forward.port),
+                    "l4_sport": Exact(forward.to_port),
                 },
-                pc.A_PORT_FORWARD,
+                pc.A_FORWARDED_REPLY,
+                {"public_addr": int(forward.address), "public_port": forward.port},
             )
         )
     for spec in policy.classes:

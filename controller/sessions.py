@@ -328,11 +328,13 @@ class SessionManager:
             )
             if self._is_duplicate(event.npm, key):
                 continue
-            # The NPM masqueraded the flow itself (its port from the NPM's block): the CPM
-            # records the binding and installs the entries with it.
+            # The NPM masqueraded the flow itself (its port from the NPM's block) or carried a
+            # port forward: the CPM records the binding and installs the entries with it.
             nat_port = f.get("nat_port", 0)
             nat_kind, nat_addr = (
-                (pc.NAT_REWRITE_SRC, f["nat_addr"]) if nat_port else (pc.NAT_NONE, 0)
+                (f.get("nat_kind") or pc.NAT_REWRITE_SRC, f["nat_addr"])
+                if nat_port
+                else (pc.NAT_NONE, 0)
             )
             session = Session(
                 id=self._new_id(),

@@ -14,6 +14,7 @@ T_ARP_RESPONDER = "arp_responder"  # id 0x026f8011
 T_CLASS_POLICY = "class_policy"  # id 0x026b4d45
 T_CLASSIFIER_VERSION = "classifier_version"  # id 0x02a47b13
 T_DA_SEGMENT = "da_segment"  # id 0x02677872
+T_DNAT_DP_REVERSE = "dnat_dp_reverse"  # id 0x0259ba53
 T_DNAT_RULE = "dnat_rule"  # id 0x0226d567
 T_DP_SEGMENT = "dp_segment"  # id 0x0219cdb2
 T_FLOW_AGEING = "flow_ageing"  # id 0x0213f744
@@ -42,12 +43,14 @@ A_ACL_TO_CPU = "acl_to_cpu"  # id 0x01ea3fd1
 A_ARP_IGNORE = "arp_ignore"  # id 0x015a2cea
 A_ARP_REPLY = "arp_reply"  # id 0x019f6694
 A_DP_UNMASQUERADE = "dp_unmasquerade"  # id 0x01558173
+A_FORWARDED_REPLY = "forwarded_reply"  # id 0x017f3b9a
 A_INSPECT = "inspect"  # id 0x01246219
 A_MASQUERADE = "masquerade"  # id 0x01f1f4e4
 A_MASQUERADE_DP = "masquerade_dp"  # id 0x017d32a5
 A_NO_INSPECTION = "no_inspection"  # id 0x019335e8
 A_NO_ROUTE = "no_route"  # id 0x01727650
 A_PORT_FORWARD = "port_forward"  # id 0x01281df9
+A_PORT_FORWARD_DP = "port_forward_dp"  # id 0x01fbce6f
 A_REJECT_UNKNOWN_TAG = "reject_unknown_tag"  # id 0x0102d70d
 A_RESUME_AFTER_SPM = "resume_after_spm"  # id 0x014b6011
 A_ROUTE_TO = "route_to"  # id 0x0139516c
@@ -112,6 +115,7 @@ MATCH_FIELDS: dict[str, tuple[str, ...]] = {
     "class_policy": ("class_id",),
     "classifier_version": (),
     "da_segment": ("version", "ipv4_dst"),
+    "dnat_dp_reverse": ("ipv4_src", "ip_proto", "l4_sport"),
     "dnat_rule": ("ipv4_dst", "ip_proto", "l4_dport"),
     "dp_segment": ("version", "l4_dport"),
     "flow_ageing": ("ip_proto",),
@@ -140,12 +144,14 @@ ACTION_PARAMS: dict[str, tuple[str, ...]] = {
     "arp_ignore": (),
     "arp_reply": ("mac",),
     "dp_unmasquerade": ("port_base",),
+    "forwarded_reply": ("public_addr", "public_port"),
     "inspect": ("pool", "open_on_failure"),
     "masquerade": (),
     "masquerade_dp": ("address", "port_base"),
     "no_inspection": (),
     "no_route": (),
     "port_forward": (),
+    "port_forward_dp": ("to_addr", "to_port"),
     "reject_unknown_tag": (),
     "resume_after_spm": ("nat_done",),
     "route_to": ("port", "next_hop_mac"),
@@ -179,6 +185,7 @@ TABLE_SIZES: dict[str, int] = {
     "class_policy": 256,
     "classifier_version": 1,
     "da_segment": 65536,
+    "dnat_dp_reverse": 1024,
     "dnat_rule": 1024,
     "dp_segment": 65536,
     "flow_ageing": 256,
@@ -283,11 +290,15 @@ FLOW_EVENT_CLOSING = 5
 FLOW_EVENT_NAT_CREATED = 6
 FLOW_EVENT_NAT_FULL = 7
 FLOW_EVENT_NAT_REVERSE = 8
-FLOW_EVENT_COUNT = 9
+FLOW_EVENT_DNAT_CREATED = 9
+FLOW_EVENT_DNAT_REPLY = 10
+FLOW_EVENT_DNAT_FALLBACK = 11
+FLOW_EVENT_COUNT = 12
 FLOW_STATE_VALID = 0x100
 FLOW_STATE_INSTALLED = 0x200
 FLOW_STATE_CLOSING = 0x400
 FLOW_STATE_NAT = 0x800
+FLOW_STATE_DNAT = 0x1000
 FLOW_TICK_US = 0x400
 FLOW_DEFAULT_IDLE_TICKS = 0x7271
 FLOW_DEFAULT_CLOSING_TICKS = 0x2626
@@ -301,4 +312,4 @@ ROLE_NAMES: dict[int, str] = {0: "UNKNOWN", 1: "INSIDE", 2: "OUTSIDE", 3: "SPM",
 ACL_NAMES: dict[int, str] = {0: "DENY", 1: "PERMIT", 2: "TO_CPU"}
 NAT_NAMES: dict[int, str] = {0: "NONE", 1: "REWRITE_SRC", 2: "REWRITE_DST"}
 METER_NAMES: dict[int, str] = {0: "GREEN", 1: "YELLOW", 2: "RED"}
-FLOW_EVENT_NAMES: dict[int, str] = {0: "CREATED", 1: "RECLAIMED", 2: "HIT", 3: "COLLISION", 4: "RETIRED", 5: "CLOSING", 6: "NAT_CREATED", 7: "NAT_FULL", 8: "NAT_REVERSE"}
+FLOW_EVENT_NAMES: dict[int, str] = {0: "CREATED", 1: "RECLAIMED", 2: "HIT", 3: "COLLISION", 4: "RETIRED", 5: "CLOSING", 6: "NAT_CREATED", 7: "NAT_FULL", 8: "NAT_REVERSE", 9: "DNAT_CREATED", 10: "DNAT_REPLY", 11: "DNAT_FALLBACK"}

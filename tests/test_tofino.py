@@ -64,6 +64,9 @@ V1MODEL_ONLY = {
     pc.T_NAT_DP_REVERSE,
     pc.A_DP_UNMASQUERADE,
     pc.A_MASQUERADE_DP,
+    pc.A_PORT_FORWARD_DP,
+    pc.T_DNAT_DP_REVERSE,
+    pc.A_FORWARDED_REPLY,
     pc.M_NEW_FLOW_METER,
 }
 # Objects added to the shared code after the committed Tofino build was made (bf-p4c was not at

@@ -103,13 +103,17 @@ const bit<32> FLOW_EVENT_CLOSING   = 5;  // FIN or RST seen: the slot ages out a
 const bit<32> FLOW_EVENT_NAT_CREATED = 6;  // a masqueraded flow claimed a slot, and with it its port
 const bit<32> FLOW_EVENT_NAT_FULL    = 7;  // both of its candidate ports are taken: controller path
 const bit<32> FLOW_EVENT_NAT_REVERSE = 8;  // a reply translated back by its flow's slot
-const bit<32> FLOW_EVENT_COUNT     = 9;
+const bit<32> FLOW_EVENT_DNAT_CREATED = 9;  // a port-forwarded flow claimed a slot
+const bit<32> FLOW_EVENT_DNAT_REPLY   = 10; // a forward's reply admitted by its slot, rewritten
+const bit<32> FLOW_EVENT_DNAT_FALLBACK = 11; // a forwarded flow found no slot: to the controller
+const bit<32> FLOW_EVENT_COUNT     = 12;
 
 // Layout of a slot's state word: protocol, flags, class.
 const bit<32> FLOW_STATE_VALID     = 0x100;  // the slot holds a flow
 const bit<32> FLOW_STATE_INSTALLED = 0x200;  // its exact-match entries have been hit
 const bit<32> FLOW_STATE_CLOSING   = 0x400;  // FIN or RST seen
 const bit<32> FLOW_STATE_NAT       = 0x800;  // masqueraded: the slot's index is its public port
+const bit<32> FLOW_STATE_DNAT      = 0x1000; // port-forwarded: keyed by its public end
 
 // A tick of data-plane time: the shell's microsecond timestamp >> 10.
 const bit<32> FLOW_TICK_US = 1024;

@@ -120,8 +120,9 @@ struct session_request_t {
     port_id_t   spm_port;
     mac_addr_t  spm_mac;
 #ifdef OG_DP_SESSIONS
-    ipv4_addr_t nat_addr;            // the data plane masqueraded the flow as nat_addr:nat_port
-    l4_port_t   nat_port;            // (0: no NAT)
+    ipv4_addr_t nat_addr;            // the data plane's NAT binding of the flow: masqueraded
+    l4_port_t   nat_port;            // as nat_addr:nat_port, or forwarded to it (0: no NAT)
+    nat_kind_t  nat_kind;            // NAT_REWRITE_SRC or NAT_REWRITE_DST, of the first packet
 #endif
 }
 
@@ -211,7 +212,13 @@ struct local_metadata_t {
     ipv4_addr_t  dp_public_addr;     // NatReverse: the public address of the packet's flow
     bit<1>       dp_nat_reverse;     // a reply that NatReverse translated by its flow's slot
     flow_slot_t  dp_nat_slot;        // ...that slot
-    bit<1>       dp_snat;            // SessionSetup set a masquerade rewrite: apply it after
+    bit<1>       dp_late_nat;        // SessionSetup set a rewrite to apply last (a masquerade, a
+                                     // forward's reply, a forward undone for the CPU)
+    bit<1>       dp_dnat;            // a port forward the data plane carries (PortForward)...
+    bit<1>       dp_dnat_reply;      // ...or the reply of one (its source is a forward's target)
+    ipv4_addr_t  dp_dnat_addr;       // the forward's target (dp_dnat) or public address (reply)
+    l4_port_t    dp_dnat_port;       // ...and port
+    bit<1>       dp_dnat_now;        // PortForward rewrote the destination before routing
 
     // Classification (HSM / IPP).
     bit<1>        classifier_version;

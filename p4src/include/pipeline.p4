@@ -29,6 +29,7 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
     Nat() late_nat;
 #endif
     Routing() routing;
+    PortForward() port_forward;
     NatPolicy() nat_policy;
     Classify() classify;
     SessionSetup() session_setup;
@@ -64,10 +65,13 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
                 // Without an exact entry, a reply to a flow the data plane masqueraded is found
                 // by its port and translated back before routing (like nat_before_spm).
                 nat_reverse.apply(hdr, meta);
+                if (meta.session_hit == 0 && meta.returned_nat_done == 0) {
+                    port_forward.apply(hdr, meta);
+                }
                 // NAT now unless it waits for the SPM (original direction of an inspected flow).
                 if ((meta.session_hit == 1
                         && (meta.spm_port == 0 || meta.nat_before_spm == 1 || meta.returned == 1))
-                        || meta.dp_nat_reverse == 1) {
+                        || meta.dp_nat_reverse == 1 || meta.dp_dnat_now == 1) {
                     nat.apply(hdr, meta);
                 }
                 routing.apply(hdr, meta);
@@ -90,9 +94,9 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
                     }
                     session_setup.apply(hdr, meta);
 #ifdef OG_DP_SESSIONS
-                    // A masqueraded flow the data plane carries: its source is rewritten last
-                    // (it does not change the route).
-                    if (meta.dp_snat == 1) {
+                    // A rewrite that does not change the route, last: a masquerade or a
+                    // forward's reply the data plane carries, or a forward undone for the CPU.
+                    if (meta.dp_late_nat == 1) {
                         late_nat.apply(hdr, meta);
                     }
 #endif

@@ -91,7 +91,7 @@ class SynWithoutSessionForwardedAndReported(OpenGateTest):
                 "spm_port": 0,
                 "spm_mac": 0,
                 # Not masqueraded (the v1model build's digest names the data plane's binding).
-                **({"nat_addr": 0, "nat_port": 0} if "nat_port" in record else {}),
+                **({"nat_addr": 0, "nat_port": 0, "nat_kind": 0} if "nat_port" in record else {}),
             },
         )
 

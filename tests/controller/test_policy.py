@@ -4,6 +4,7 @@ the line and the field, before anything reaches a switch."""
 from __future__ import annotations
 
 import ipaddress
+import shutil
 from pathlib import Path
 
 import pytest
@@ -275,6 +276,57 @@ def test_example_policy_lets_the_npm_masquerade_and_limits_new_flows() -> None:
     snat = [e for e in tna.entries.values() if e.table == pc.T_SNAT_RULE]
     assert snat and all(e.action == pc.A_MASQUERADE for e in snat)
     assert not [k for k in tna.meters if k[0] == pc.M_NEW_FLOW_METER]
+
+
+def test_port_forwards_are_carried_by_the_npm_unless_a_reply_would_be_ambiguous(
+    lab: Path,
+) -> None:
+    """With data-plane NAT, a forward is port_forward_dp (its target) plus a dnat_dp_reverse
+    entry (the target -> the public end); two forwards to one target stay the CPM's (a reply
+    could not tell its public end), as does every forward of a program without the tables."""
+    example = load_policy(repo_root() / "controller" / "examples" / "gateway.yaml")
+    base = desired_base(example, tag_base=0x100, weights={})
+    (dnat,) = [e for e in base.entries.values() if e.table == pc.T_DNAT_RULE]
+    assert (dnat.action, dict(dnat.params)) == (
+        pc.A_PORT_FORWARD_DP,
+        {"to_addr": int(ipaddress.IPv4Address("10.0.1.10")), "to_port": 80},
+    )
+    (reverse,) = [e for e in base.entries.values() if e.table == pc.T_DNAT_DP_REVERSE]
+    assert dict(reverse.match) == {
+        "ipv4_src": Exact(int(ipaddress.IPv4Address("10.0.1.10"))),
+        "ip_proto": Exact(pc.IP_PROTO_TCP),
+        "l4_sport": Exact(80),
+    }
+    assert dict(reverse.params) == {
+        "public_addr": int(ipaddress.IPv4Address("198.51.100.1")),
+        "public_port": 8080,
+    }
+    text = (repo_root() / "controller" / "examples" / "gateway.yaml").read_text()
+    twice = lab.parent / "twice.yaml"
+    twice.write_text(
+        text.replace(
+            "    - {address: 198.51.100.1, proto: tcp, port: 8080, to: 10.0.1.10, to_port: 80}\n",
+            "    - {address: 198.51.100.1, proto: tcp, port: 8080, to: 10.0.1.10, to_port: 80}\n"
+            "    - {address: 198.51.100.1, proto: tcp, port: 8081, to: 10.0.1.10, to_port: 80}\n"
+            "    - {address: 198.51.100.1, proto: tcp, port: 8082, to: 10.0.1.10, to_port: 82}\n",
+        )
+    )
+    shutil.copy(repo_root() / "controller" / "examples" / "gateway.rules", lab.parent)
+    base = desired_base(load_policy(twice), tag_base=0x100, weights={})
+    actions = {
+        dict(e.match)["l4_dport"]: e.action
+        for e in base.entries.values()
+        if e.table == pc.T_DNAT_RULE
+    }
+    assert actions == {
+        Exact(8080): pc.A_PORT_FORWARD,
+        Exact(8081): pc.A_PORT_FORWARD,
+        Exact(8082): pc.A_PORT_FORWARD_DP,
+    }
+    tna = desired_base(example, tag_base=0x100, weights={}, available=frozenset({pc.T_DNAT_RULE}))
+    assert [e.action for e in tna.entries.values() if e.table == pc.T_DNAT_RULE] == [
+        pc.A_PORT_FORWARD
+    ]
 
 
 def test_cpm_ports_overlapping_the_npm_block_are_refused(lab: Path) -> None:

@@ -227,6 +227,32 @@ def test_port_forward_rewrites_the_destination(
     )
 
 
+def test_port_forward_the_data_plane_carried_is_installed_with_its_binding(
+    switch: SwitchDouble, make_controller: ControllerFactory
+) -> None:
+    """The NPM forwarded the flow itself: its digest names the target; the CPM installs the
+    exact entries with that binding (the reply from the target found by the reply key)."""
+    controller = make_controller(switch)
+    flow = key(OUT1, GW_OUT, pc.IP_PROTO_TCP, 5555, 8080)
+    record = request(flow, ingress_port=2) | {
+        "nat_kind": pc.NAT_REWRITE_DST,
+        "nat_addr": ip(H1),
+        "nat_port": 80,
+    }
+    assert switch.inject_digest(pc.D_SESSION_REQUEST_T, [record])
+    wait_until("both entries", lambda: len(switch.table_entries(pc.T_SESSION)) == 2)
+    assert session_entries(switch) == nat_pair(
+        controller,
+        flow,
+        pc.NAT_REWRITE_DST,
+        (H1, 80),
+        key(H1, OUT1, pc.IP_PROTO_TCP, 80, 5555),
+        (GW_OUT, 8080),
+    )
+    (row,) = wait_until("the DB row", lambda: db_sessions(controller))
+    assert (row["nat_kind"], row["nat_addr"], row["nat_port"]) == (pc.NAT_REWRITE_DST, ip(H1), 80)
+
+
 def test_icmp_echo_is_masqueraded_by_identifier(
     switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:

@@ -1,5 +1,5 @@
-// Step 8: NAT. NatPolicy says whether a session being set up needs NAT (then the controller
-// allocates it); Nat applies a session's rewrite with incremental checksum updates (RFC 1624), so
+// Step 8: NAT. PortForward and NatPolicy say whether a session being set up needs NAT (then the
+// controller allocates it, or the data plane: SessionSetup); Nat applies a session's rewrite with incremental checksum updates (RFC 1624), so
 // neither the payload nor Ethernet padding is ever read.
 #ifndef OPENGATE_CONTROL_NAT_P4
 #define OPENGATE_CONTROL_NAT_P4
@@ -19,11 +19,26 @@ bit<16> csum_replace(in bit<16> csum, in bit<32> old_v, in bit<32> new_v,
     return ~sum[15:0];
 }
 
-control NatPolicy(inout headers_t hdr, inout local_metadata_t meta) {
+// Before routing, for a packet without a session: is it to a port forward? A forward the
+// controller sets up (port_forward) goes to it as a new NAT flow; one the data plane carries
+// (port_forward_dp) is rewritten here to its target, from the rule alone, unless the packet goes
+// to its SPM first (the SPM sees the flow as it arrived, as with the controller's forwards): then
+// it is rewritten on its way back. SessionSetup gives its flow a slot, keyed by its public end.
+control PortForward(inout headers_t hdr, inout local_metadata_t meta) {
     @name(".port_forward")
     action port_forward() {
         meta.dnat_required = 1;
     }
+
+#ifdef OG_DP_SESSIONS
+    @name(".port_forward_dp")
+    action port_forward_dp(ipv4_addr_t to_addr, l4_port_t to_port) {
+        meta.dnat_required = 1;
+        meta.dp_dnat = 1;
+        meta.dp_dnat_addr = to_addr;
+        meta.dp_dnat_port = to_port;
+    }
+#endif
 
     // Destination NAT: a packet to one of these (address, protocol, port) needs a port forward.
     @name(".dnat_rule")
@@ -33,11 +48,32 @@ control NatPolicy(inout headers_t hdr, inout local_metadata_t meta) {
             hdr.ipv4.protocol : exact @name("ip_proto");
             meta.l4_dport     : exact @name("l4_dport");
         }
-        actions = { port_forward; @defaultonly NoAction; }
+        actions = {
+            port_forward;
+#ifdef OG_DP_SESSIONS
+            port_forward_dp;
+#endif
+            @defaultonly NoAction;
+        }
         const default_action = NoAction();
         size = NAT_TABLE_SIZE;
     }
 
+    apply {
+        dnat_rule.apply();
+#ifdef OG_DP_SESSIONS
+        if (meta.dp_dnat == 1 && (meta.returned == 1 || meta.sel_spm_port == 0)) {
+            meta.nat_kind = NAT_REWRITE_DST;
+            meta.nat_addr = meta.dp_dnat_addr;
+            meta.nat_port = meta.dp_dnat_port;
+            meta.dp_dnat_now = 1;
+        }
+#endif
+    }
+}
+
+// After routing, for a packet without a session: does it leave masqueraded?
+control NatPolicy(inout headers_t hdr, inout local_metadata_t meta) {
     @name(".masquerade")
     action masquerade() {
         meta.snat_required = 1;
@@ -74,7 +110,6 @@ control NatPolicy(inout headers_t hdr, inout local_metadata_t meta) {
     }
 
     apply {
-        dnat_rule.apply();
         if (meta.routed == 1) {
             snat_rule.apply();
         }

@@ -24,7 +24,13 @@
 //   and is rewritten back. The digest carries the binding, with which the controller installs
 //   the exact entries; packets they carry keep the slot alive, in both directions (NatReverse).
 //   Both candidate ports taken: the controller allocates the binding (packet-in), as before.
-// - Port forwards are still set up by the controller (packet-in).
+// - Port forwards (dnat_rule's port_forward_dp): PortForward rewrites the destination before
+//   routing, from the rule alone. The flow's slot is keyed by its public end (client, public
+//   address and port), so the original direction probes with the packet as it arrived, and a
+//   reply, whose source is a forward's target (dnat_dp_reverse), with its source replaced by the
+//   forward's public end; a reply its slot admits leaves rewritten to that end. A forward that
+//   finds no slot is undone and goes to the controller (packet-in), as before; a reply without a
+//   slot never makes a data-plane masquerade (the controller path, as before).
 // - New flows per source are metered (new_flow_meter, in packets): a host that opens flows
 //   faster than the policy allows has the excess dropped here, before it takes a slot, a digest
 //   or the path to the CPU.
@@ -190,11 +196,32 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
     @name(".new_flow_meter")
     OG_PACKET_METER(new_flow_meter, NEW_FLOW_METERS);
 
-    // Read one candidate slot: its state word, whether it holds this packet's flow (in either
-    // direction, by the whole 5-tuple, masqueraded or not as wanted) and whether it is alive.
+    // The targets of the port forwards the data plane carries -> their public end.
+    @name(".forwarded_reply")
+    action forwarded_reply(ipv4_addr_t public_addr, l4_port_t public_port) {
+        meta.dp_dnat_reply = 1;
+        meta.dp_dnat_addr = public_addr;
+        meta.dp_dnat_port = public_port;
+    }
+
+    @name(".dnat_dp_reverse")
+    table dnat_dp_reverse {
+        key = {
+            hdr.ipv4.src_addr : exact @name("ipv4_src");
+            hdr.ipv4.protocol : exact @name("ip_proto");
+            meta.l4_sport     : exact @name("l4_sport");
+        }
+        actions = { forwarded_reply; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = NAT_TABLE_SIZE;
+    }
+
+    // Read one candidate slot: its state word, whether it holds the flow src:ports -> dst (in
+    // either direction, by the whole 5-tuple, of the kind wanted: plain, masqueraded or
+    // forwarded) and whether it is alive.
     @hidden
-    action probe(in flow_slot_t index, in bit<32> ports, in bit<32> want_nat, out bit<32> state,
-                 out bool mine, out bool live) {
+    action probe(in flow_slot_t index, in bit<32> src, in bit<32> dst, in bit<32> ports,
+                 in bit<32> want_nat, out bit<32> state, out bool mine, out bool live) {
         bit<32> k_src;
         bit<32> k_dst;
         bit<32> k_ports;
@@ -206,10 +233,9 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         flow_seen.read(seen, index);
         bit<32> reversed = ports[15:0] ++ ports[31:16];
         mine = (state & FLOW_STATE_VALID) != 0 && state[7:0] == hdr.ipv4.protocol
-            && (state & FLOW_STATE_NAT) == want_nat
-            && ((k_src == hdr.ipv4.src_addr && k_dst == hdr.ipv4.dst_addr && k_ports == ports)
-                || (k_src == hdr.ipv4.dst_addr && k_dst == hdr.ipv4.src_addr
-                    && k_ports == reversed));
+            && (state & (FLOW_STATE_NAT | FLOW_STATE_DNAT)) == want_nat
+            && ((k_src == src && k_dst == dst && k_ports == ports)
+                || (k_src == dst && k_dst == src && k_ports == reversed));
         flow_ticks_t limit = (state & FLOW_STATE_CLOSING) != 0
             ? meta.flow_closing_ticks : meta.flow_idle_ticks;
         live = (state & FLOW_STATE_VALID) != 0 && meta.now - seen <= limit;
@@ -221,14 +247,49 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         bool l4 = hdr.tcp.isValid() || hdr.udp.isValid()
             || (hdr.icmp.isValid() && (hdr.icmp.icmp_type == ICMP_ECHO_REQUEST
                                        || hdr.icmp.icmp_type == ICMP_ECHO_REPLY));
+        bool first_pass = meta.returned == 0 && og_admitted(meta) && meta.port_role != ROLE_CPU;
+        bool ports_l4 = hdr.tcp.isValid() || hdr.udp.isValid();
+        // A port forward's reply: its source is a forward's target.
+        if (first_pass && ports_l4 && meta.session_hit == 0 && meta.dp_dnat == 0) {
+            dnat_dp_reverse.apply();
+        }
+        // The flows of port forwards, by the packet or by their exact entries (the original
+        // direction rewrites the destination before any SPM, the reply the source after it).
+        bool dnat_orig = ports_l4 && (meta.dp_dnat == 1 || (meta.session_hit == 1
+            && meta.nat_kind == NAT_REWRITE_DST && meta.nat_before_spm == 0));
+        bool dnat_reply = ports_l4 && (meta.dp_dnat_reply == 1 || (meta.session_hit == 1
+            && meta.nat_kind == NAT_REWRITE_SRC && meta.nat_before_spm == 1));
+        bool dnat_flow = dnat_orig || dnat_reply;
         // A masqueraded flow (the masquerade rule lets the data plane pick its port) lives in
         // the first NAT_DP_SLOTS slots; any other in all of them.
-        bool nat_flow = meta.snat_required == 1 && meta.dp_nat == 1 && meta.dnat_required == 0;
+        bool nat_flow = meta.snat_required == 1 && meta.dp_nat == 1 && meta.dnat_required == 0
+            && !dnat_reply;
         // First passes of packets that nothing has stopped so far, but not those of the
         // controller's NAT sessions (their headers may be rewritten already, and the data plane
-        // has no slot for them) nor port forwards (the controller's).
-        bool eligible = meta.returned == 0 && meta.nat_kind == NAT_NONE && og_admitted(meta)
-            && meta.port_role != ROLE_CPU && meta.dnat_required == 0 && l4;
+        // has no slot for them) nor the controller's port forwards.
+        bool eligible = first_pass && l4
+            && ((meta.nat_kind == NAT_NONE && meta.dnat_required == 0) || dnat_flow);
+        // The flow's key as its slot holds it: the packet as it is now, but a forward's flow by
+        // its public end (the original direction as it arrived; a reply from the public end).
+        bit<32> k_src = hdr.ipv4.src_addr;
+        bit<32> k_dst = hdr.ipv4.dst_addr;
+        l4_port_t k_sport = meta.l4_sport;
+        l4_port_t k_dport = meta.l4_dport;
+        ipv4_addr_t addr_mix = meta.flow_addr_mix;
+        l4_port_t port_mix = meta.flow_port_mix;
+        if (dnat_orig) {
+            k_src = meta.key_src;
+            k_dst = meta.key_dst;
+            k_sport = meta.key_sport;
+            k_dport = meta.key_dport;
+        } else if (dnat_reply) {
+            if (meta.dp_dnat_reply == 1) {
+                k_src = meta.dp_dnat_addr;
+                k_sport = meta.dp_dnat_port;
+            }
+            addr_mix = k_src ^ k_dst;
+            port_mix = k_sport ^ k_dport;
+        }
         // Back from its SPM, a masqueraded flow's packet is rewritten now: read its slot only.
         bool returned_nat = meta.returned == 1 && nat_flow && l4;
         // A reply NatReverse translated: its slot is known.
@@ -236,6 +297,8 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         bit<32> want_nat = 0;
         if (nat_flow || reverse) {
             want_nat = FLOW_STATE_NAT;
+        } else if (dnat_flow) {
+            want_nat = FLOW_STATE_DNAT;
         }
         // Two candidate slots (two hashes of the same key): a flow lives in either, a new flow
         // takes the first free one, so a collision needs both taken by live flows.
@@ -247,7 +310,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         bool mine1 = false;
         bool live0 = false;
         bool live1 = false;
-        bit<32> ports = meta.l4_sport ++ meta.l4_dport;
+        bit<32> ports = k_sport ++ k_dport;
         bool closing_packet = hdr.tcp.isValid()
             && (hdr.tcp.flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) != 0;
         if (reverse) {
@@ -255,10 +318,10 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             slot1 = meta.dp_nat_slot;
         } else if (eligible || returned_nat) {
             hash(slot0, HashAlgorithm.crc32, 32w0,
-                 { meta.flow_addr_mix, hdr.ipv4.protocol, meta.flow_port_mix },
+                 { addr_mix, hdr.ipv4.protocol, port_mix },
                  (bit<32>)FLOW_SLOTS);
             hash(slot1, HashAlgorithm.crc16, 32w0,
-                 { meta.flow_addr_mix, hdr.ipv4.protocol, meta.flow_port_mix },
+                 { addr_mix, hdr.ipv4.protocol, port_mix },
                  (bit<32>)FLOW_SLOTS);
             if (nat_flow) {
                 slot0 = slot0 & (NAT_DP_SLOTS - 1);
@@ -266,8 +329,8 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             }
         }
         if (eligible || returned_nat || reverse) {
-            probe(slot0, ports, want_nat, state0, mine0, live0);
-            probe(slot1, ports, want_nat, state1, mine1, live1);
+            probe(slot0, k_src, k_dst, ports, want_nat, state0, mine0, live0);
+            probe(slot1, k_src, k_dst, ports, want_nat, state1, mine1, live1);
         }
         // The flow's own live slot, if it has one.
         bool on0 = mine0 && live0;
@@ -287,7 +350,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             bit<64> nat;
             flow_nat.read(nat, slot);
             meta.flow_hit = 1;
-            meta.dp_snat = 1;
+            meta.dp_late_nat = 1;
             meta.nat_kind = NAT_REWRITE_SRC;
             meta.nat_addr = nat[63:32];
             meta.nat_port = nat[31:16];
@@ -329,11 +392,20 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             } else {
                 meta.drop_fwd = DROP_NONE;
             }
+            if (meta.dp_dnat_reply == 1) {
+                // A forward's reply leaves from the forward's public end (before any SPM: the
+                // SPM sees the flow as it arrived).
+                meta.dp_late_nat = 1;
+                meta.nat_kind = NAT_REWRITE_SRC;
+                meta.nat_addr = meta.dp_dnat_addr;
+                meta.nat_port = meta.dp_dnat_port;
+                OG_COUNT(flow_event_counter, FLOW_EVENT_DNAT_REPLY);
+            }
             if (nat_flow && spm[56:48] == 0) {
                 // The original direction of a masqueraded flow with no SPM: rewrite it now.
                 bit<64> nat;
                 flow_nat.read(nat, slot);
-                meta.dp_snat = 1;
+                meta.dp_late_nat = 1;
                 meta.nat_kind = NAT_REWRITE_SRC;
                 meta.nat_addr = nat[63:32];
                 meta.nat_port = nat[31:16];
@@ -354,7 +426,9 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         if (meta.session_hit == 1 || meta.flow_hit == 1) {
             // A session carries the packet.
         } else if (meta.returned == 1) {
-            if (meta.snat_required == 1 || meta.dnat_required == 1) {
+            // (A forward the data plane carries was admitted on its way to the SPM and is
+            // rewritten by its rule; any other NAT flow needs its session.)
+            if ((meta.snat_required == 1 || meta.dnat_required == 1) && meta.dp_dnat == 0) {
                 meta.drop_setup = DROP_NAT_NO_SESSION;
             }
         } else if (meta.acl_verdict == ACL_DENY) {
@@ -381,7 +455,8 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             bool claimed = false;
             if (OG_METER_IS_RED(color)) {
                 meta.drop_setup = DROP_NEW_FLOW_RATE;
-            } else if (eligible && (!nat || nat_flow) && meta.drop_session == 0
+            } else if (eligible && (!nat || nat_flow || meta.dp_dnat == 1)
+                    && meta.dp_dnat_reply == 0 && meta.drop_session == 0
                     && meta.drop_fwd == 0) {
                 // Claim the first candidate slot that no live flow holds. (The flow's own live
                 // slot cannot reach here: that is a hit above, or a retired slot, now free.)
@@ -393,8 +468,8 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                     state = state0;
                 }
                 if (free) {
-                    flow_key_src.write(slot, hdr.ipv4.src_addr);
-                    flow_key_dst.write(slot, hdr.ipv4.dst_addr);
+                    flow_key_src.write(slot, k_src);
+                    flow_key_dst.write(slot, k_dst);
                     flow_key_ports.write(slot, ports);
                     flow_state.write(slot, FLOW_STATE_VALID | want_nat
                                            | (bit<32>)hdr.ipv4.protocol
@@ -410,9 +485,16 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                         meta.nat_port = port;
                         // With an SPM, after it (returned_nat above), as the controller does.
                         if (meta.spm_port == 0) {
-                            meta.dp_snat = 1;
+                            meta.dp_late_nat = 1;
                         }
                         OG_COUNT(flow_event_counter, FLOW_EVENT_NAT_CREATED);
+                    }
+                    if (meta.dp_dnat == 1) {
+                        // The binding the digest reports (the rewrite is PortForward's).
+                        meta.nat_kind = NAT_REWRITE_DST;
+                        meta.nat_addr = meta.dp_dnat_addr;
+                        meta.nat_port = meta.dp_dnat_port;
+                        OG_COUNT(flow_event_counter, FLOW_EVENT_DNAT_CREATED);
                     }
                     if ((state & FLOW_STATE_VALID) != 0) {
                         OG_COUNT(flow_event_counter, FLOW_EVENT_RECLAIMED);
@@ -430,6 +512,16 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             } else if (nat && !claimed) {
                 meta.to_cpu = 1;
                 meta.cpu_reason = CPU_REASON_SESSION_NAT;
+                if (meta.dp_dnat == 1) {
+                    OG_COUNT(flow_event_counter, FLOW_EVENT_DNAT_FALLBACK);
+                }
+                if (meta.dp_dnat_now == 1) {
+                    // The controller sets the forward up from the packet as it arrived.
+                    meta.dp_late_nat = 1;
+                    meta.nat_kind = NAT_REWRITE_DST;
+                    meta.nat_addr = meta.key_dst;
+                    meta.nat_port = meta.key_dport;
+                }
             } else {
                 meta.send_session_request = 1;
             }
