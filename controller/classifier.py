@@ -20,7 +20,12 @@ from controller.hsm.update import ClassifierBanks, UpdatePlan, Write, entry_vers
 from controller.policy import Policy
 from opengate.entries import TableEntry
 
-CLASSIFICATION_TABLES: tuple[str, ...] = hsm_schema.HSM_TABLES
+# The banked classification tables: HSM's, and the hybrid's spill tables where the program has
+# them (v1model builds).
+CLASSIFICATION_TABLES: tuple[str, ...] = (
+    *hsm_schema.HSM_TABLES,
+    *hsm_schema.SPILL_TABLES.values(),
+)
 
 __all__ = [
     "CLASSIFICATION_TABLES",

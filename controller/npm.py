@@ -522,6 +522,7 @@ class NpmConnection:
         queries = [
             p4r.Entity(table_entry=p4r.TableEntry(table_id=self.schema.tables.get(t).id))
             for t in CLASSIFICATION_TABLES
+            if t in self.available
         ]
         entries = [self.schema.decode_entry(e.table_entry) for e in self.read(queries)]
         return active, entries

@@ -404,7 +404,11 @@ class Controller:
         update: UpdatePlan | None = None
         if rules_key(policy) != state.rules:
             try:
-                compiled, update = state.classifier.prepare(acl_rules(policy), ids_rules(policy))
+                compiled, update = state.classifier.prepare(
+                    acl_rules(policy),
+                    ids_rules(policy),
+                    hybrid=pc.T_ACL_SPILL in state.conn.available,
+                )
             except TableOverflow as overflow:
                 raise RequestError(
                     422, f"the rules do not fit the classifier: {overflow}"

@@ -9,6 +9,7 @@ Sources: p4src/build/opengate.p4info.txtpb, p4src/build/naive_acl/opengate.p4inf
 T_ACL_ADDR_PAIR = "acl_addr_pair"  # id 0x02a39d31
 T_ACL_NAIVE = "acl_naive"  # id 0x02e49224
 T_ACL_PORT_PAIR = "acl_port_pair"  # id 0x024344a0
+T_ACL_SPILL = "acl_spill"  # id 0x02b0300b
 T_ACL_VERDICT = "acl_verdict"  # id 0x02314895
 T_ARP_RESPONDER = "arp_responder"  # id 0x026f8011
 T_CLASS_POLICY = "class_policy"  # id 0x026b4d45
@@ -22,6 +23,7 @@ T_IDS_ADDR_PAIR = "ids_addr_pair"  # id 0x021f69cf
 T_IDS_CLASSIFICATION = "ids_classification"  # id 0x02586fef
 T_IDS_NAIVE = "ids_naive"  # id 0x026e47ae
 T_IDS_PORT_PAIR = "ids_port_pair"  # id 0x028a3a81
+T_IDS_SPILL = "ids_spill"  # id 0x027bcc9f
 T_NAT_DP_REVERSE = "nat_dp_reverse"  # id 0x0246eb20
 T_NPM_IDENTITY = "npm_identity"  # id 0x02fb2d36
 T_PORT_ROLE = "port_role"  # id 0x025bb45b
@@ -110,6 +112,7 @@ MATCH_FIELDS: dict[str, tuple[str, ...]] = {
     "acl_addr_pair": ("version", "acl_sa_index", "acl_da_index"),
     "acl_naive": ("ipv4_src", "ipv4_dst", "l4_sport", "l4_dport", "ip_proto"),
     "acl_port_pair": ("version", "acl_sp_index", "acl_dp_index"),
+    "acl_spill": ("version", "ipv4_src", "ipv4_dst", "l4_sport", "l4_dport", "ip_proto"),
     "acl_verdict": ("version", "acl_addr_index", "acl_port_index", "acl_proto_index"),
     "arp_responder": ("target_ip",),
     "class_policy": ("class_id",),
@@ -123,6 +126,7 @@ MATCH_FIELDS: dict[str, tuple[str, ...]] = {
     "ids_classification": ("version", "ids_addr_index", "ids_port_index", "ids_proto_index"),
     "ids_naive": ("ipv4_src", "ipv4_dst", "l4_sport", "l4_dport", "ip_proto"),
     "ids_port_pair": ("version", "ids_sp_index", "ids_dp_index"),
+    "ids_spill": ("version", "ipv4_src", "ipv4_dst", "l4_sport", "l4_dport", "ip_proto"),
     "nat_dp_reverse": ("ipv4_addr",),
     "npm_identity": (),
     "port_role": ("ingress_port",),
@@ -180,6 +184,7 @@ TABLE_SIZES: dict[str, int] = {
     "acl_addr_pair": 1048576,
     "acl_naive": 16384,
     "acl_port_pair": 1048576,
+    "acl_spill": 2048,
     "acl_verdict": 1048576,
     "arp_responder": 256,
     "class_policy": 256,
@@ -193,6 +198,7 @@ TABLE_SIZES: dict[str, int] = {
     "ids_classification": 1048576,
     "ids_naive": 16384,
     "ids_port_pair": 1048576,
+    "ids_spill": 2048,
     "nat_dp_reverse": 1024,
     "npm_identity": 1,
     "port_role": 512,

@@ -236,6 +236,11 @@ def _print_stats(args: argparse.Namespace, inputs: _Inputs, compiled: CompiledTa
         "rules that can never be a first match are dropped)"
     )
     print(f"profile: {stats.profile}")
+    if stats.spilled:
+        print(
+            f"  hybrid: {stats.acl_spilled} ACL and {stats.ids_spilled} IDS rules spilled into "
+            "acl_spill / ids_spill (HSM alone does not fit the tables)"
+        )
     if stats.fallback_reason:
         print(f"  ({stats.fallback_reason}; the NPM needs the -DWITH_NAIVE_ACL build)")
     print()

@@ -41,7 +41,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.hsm import schema
@@ -95,11 +95,14 @@ class MatchTerm:
         return (self.fields, self.action, tuple(p for p in self.params if p[0] != "rule_id"))
 
 
-def acl_terms(rules: Sequence[AclRule]) -> list[MatchTerm]:
-    """The rules that can be a first match, in order (see `_Shadow`)."""
+def acl_terms(rules: Sequence[AclRule], skip: Container[int] = ()) -> list[MatchTerm]:
+    """The rules that can be a first match, in order (see `_Shadow`); `skip`: positions of rules
+    left out (a hybrid's spilled rules), the others keeping their positions as rule ids."""
     terms: list[MatchTerm] = []
     shadow = _Shadow()
     for index, rule in enumerate(rules):
+        if index in skip:
+            continue
         fields = _normalized((rule.src, rule.dst, rule.sport, rule.dport, rule.proto))
         if fields is None or shadow.hides(fields):
             continue
@@ -109,11 +112,14 @@ def acl_terms(rules: Sequence[AclRule]) -> list[MatchTerm]:
     return terms
 
 
-def ids_terms(rules: Sequence[IdsRule]) -> list[MatchTerm]:
-    """One term per rule and direction that can be a first match, in matching order."""
+def ids_terms(rules: Sequence[IdsRule], skip: Container[int] = ()) -> list[MatchTerm]:
+    """One term per rule and direction that can be a first match, in matching order; `skip`:
+    rule ids of rules left out (a hybrid's spilled rules)."""
     terms: list[MatchTerm] = []
     shadow = _Shadow()
     for rule in rules:
+        if rule.rule_id in skip:
+            continue
         fields = _normalized((rule.src, rule.dst, rule.sport, rule.dport, rule.proto))
         if fields is None:
             continue
@@ -659,17 +665,23 @@ def compile_hsm(
     reuse: CompiledTables | None = None,
     limits: Mapping[str, int] | None = None,
     progress: Progress | None = None,
+    skip_acl: Container[int] = (),
+    skip_ids: Container[int] = (),
 ) -> CompiledTables:
     """Compile both rule sets into the HSM/IPP tables of bank `version`.
 
     `reuse`: the compiled content the target bank holds now; classes found there keep their
     numbers, so the update to that bank is small. `limits`: entries per table per bank (default
-    half of each table's size); raises `TableOverflow` when a table would not fit.
+    half of each table's size); raises `TableOverflow` when a table would not fit. `skip_acl`,
+    `skip_ids`: rules left out (positions, IDS rule ids), as `acl_terms` and `ids_terms` say.
     """
     started = time.perf_counter()
     budget = default_limits()
     budget.update(limits or {})
-    sides = [_Side(schema.ACL_SIDE, acl_terms(acl)), _Side(schema.IDS_SIDE, ids_terms(ids))]
+    sides = [
+        _Side(schema.ACL_SIDE, acl_terms(acl, skip_acl)),
+        _Side(schema.IDS_SIDE, ids_terms(ids, skip_ids)),
+    ]
     hints = reuse.index_hints() if reuse is not None and reuse.profile is Profile.HSM else {}
     uids = {side.name: side.uids() for side in sides}
     phases: list[tuple[str, float]] = []

@@ -5,8 +5,9 @@ default actions, with P4Runtime's INSERT/MODIFY/DELETE rules (inserting an exist
 touching a missing one is an error). `Walker` classifies packets against a state: it reads the
 bank from `classifier_version` once, at the start, then applies the segment tables, the pair
 tables and the final tables in pipeline order, with the P4 program's default actions on a miss
-(LPM: longest prefix; range/ternary: highest priority). With the naive profile's tables it
-applies `acl_naive` and `ids_naive` instead.
+(LPM: longest prefix; range/ternary: highest priority), and the hybrid's spill tables beside the
+final tables (the earlier rule wins). With the naive profile's tables it applies `acl_naive` and
+`ids_naive` instead.
 """
 
 from __future__ import annotations
@@ -294,9 +295,12 @@ class Walker:
             meta[chain.addr_key] = hit.params[0][1] if hit is not None else 0
             hit = self._lookup(chain.port_pair, meta)
             meta[chain.port_key] = hit.params[0][1] if hit is not None else 0
-            results[chain.side] = self._lookup(chain.final, meta) or self.state.defaults.get(
-                chain.final
-            )
+            final = self._lookup(chain.final, meta) or self.state.defaults.get(chain.final)
+            # The hybrid's spilled rules: the earlier rule of the two results wins.
+            spilled = self._lookup(schema.SPILL_TABLES[chain.side], meta)
+            if spilled is not None and _rule_of(spilled) < _rule_of(final):
+                final = spilled
+            results[chain.side] = final
         return _result(results[schema.ACL_SIDE], results[schema.IDS_SIDE])
 
     def _classify_naive(self, packet: Packet) -> Classification:
@@ -310,6 +314,13 @@ class Walker:
         acl = self._lookup(schema.ACL_NAIVE, fields) or self.state.defaults.get(schema.ACL_NAIVE)
         ids = self._lookup(schema.IDS_NAIVE, fields) or self.state.defaults.get(schema.IDS_NAIVE)
         return _result(acl, ids)
+
+
+def _rule_of(entry: TableEntry | None) -> int:
+    """The rule id an entry's action carries (RULE_NONE for none: the default verdict)."""
+    if entry is None:
+        return schema.RULE_NONE
+    return int(entry.params_dict.get("rule_id", schema.RULE_NONE))
 
 
 def _result(acl: TableEntry | None, ids: TableEntry | None) -> Classification:

@@ -86,6 +86,10 @@ SET_IDS_CLASS = "set_ids_class"
 
 ACL_NAIVE = "acl_naive"
 IDS_NAIVE = "ids_naive"
+# The hybrid's spill tables (same keys as the naive tables, plus the version).
+ACL_SPILL = "acl_spill"
+IDS_SPILL = "ids_spill"
+SPILL_TABLES = {ACL_SIDE: ACL_SPILL, IDS_SIDE: IDS_SPILL}
 NAIVE_KEYS = ("ipv4_src", "ipv4_dst", "l4_sport", "l4_dport", "ip_proto")
 
 HSM_TABLES: tuple[str, ...] = (

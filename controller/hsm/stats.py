@@ -108,6 +108,8 @@ class CompileStats:
     compile_seconds: float = 0.0
     phases: tuple[tuple[str, float], ...] = ()
     fallback_reason: str | None = None
+    acl_spilled: int = 0  # hybrid: ACL rules in acl_spill
+    ids_spilled: int = 0  # hybrid: IDS rules in ids_spill
 
     def entries(self, table: str) -> int:
         return sum(t.entries for t in self.tables if t.table == table)
@@ -121,10 +123,14 @@ class CompileStats:
         return sum(t.bytes for t in self.tables)
 
     @property
+    def spilled(self) -> bool:
+        return bool(self.acl_spilled or self.ids_spilled)
+
+    @property
     def lookups_per_packet(self) -> int:
         if self.profile == "naive":
             return 2
-        return len(schema.SEGMENT_TABLES) + 2 * 3
+        return len(schema.SEGMENT_TABLES) + 2 * 3 + (2 if self.spilled else 0)
 
     @property
     def separate_lookups_per_packet(self) -> int:
@@ -135,7 +141,7 @@ class CompileStats:
         if self.profile == "naive":
             return 2
         seg = sum(segment_accesses(self.entries(t.name), t.kind) for t in schema.SEGMENT_TABLES)
-        return seg + 6
+        return seg + 6 + (2 if self.spilled else 0)  # a spill table: one TCAM access
 
     def separate_memory_accesses(self) -> int:
         """The same for two separate HSMs (each rule set segments every field on its own)."""

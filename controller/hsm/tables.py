@@ -1,10 +1,13 @@
-"""Compile rule sets into a profile's tables: HSM/IPP when it fits, else the ternary baseline.
+"""Compile rule sets into a profile's tables: HSM/IPP when it fits, else the hybrid, else (on
+request) the ternary baseline.
 
 The HSM aggregation tables are cross products; some rule sets (many rules that are wildcards in
 one field of a pair and specific in the other, as in ClassBench's fw and ipc sets) need more
-entries than a bank may hold. Then the compile stops early (it never builds the oversized table)
-and, when `fallback` is set, returns the naive profile's entries with the reason in the stats;
-the NPM must run the -DWITH_NAIVE_ACL build for those.
+entries than a bank may hold. Then the compile stops early (it never builds the oversized table).
+With `hybrid` (a program with the spill tables), the rules that blow the tables up are spilled
+into them (`controller.hsm.hybrid`). When that does not fit either and `fallback` is set, the
+naive profile's entries come back with the reason in the stats; the NPM must run the
+-DWITH_NAIVE_ACL build for those.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from controller.hsm.compile import CompiledTables, Progress, TableOverflow, compile_hsm
+from controller.hsm.hybrid import compile_hybrid
 from controller.hsm.naive import compile_naive
 from controller.hsm.rules import AclRule, IdsRule
 
@@ -27,9 +31,14 @@ def compile_tables(
     reuse: CompiledTables | None = None,
     limits: Mapping[str, int] | None = None,
     fallback: bool = True,
+    hybrid: bool = True,
     progress: Progress | None = None,
 ) -> CompiledTables:
     try:
+        if hybrid:
+            return compile_hybrid(
+                acl, ids, version=version, reuse=reuse, limits=limits, progress=progress
+            )
         return compile_hsm(acl, ids, version=version, reuse=reuse, limits=limits, progress=progress)
     except TableOverflow as overflow:
         if not fallback:

@@ -149,10 +149,18 @@ class ClassifierBanks:
         return frozenset(self._installed.values())
 
     def prepare(
-        self, acl: Sequence[AclRule], ids: Sequence[IdsRule], *, fallback: bool = False
+        self,
+        acl: Sequence[AclRule],
+        ids: Sequence[IdsRule],
+        *,
+        fallback: bool = False,
+        hybrid: bool = True,
     ) -> tuple[CompiledTables, UpdatePlan]:
+        """`hybrid`: the program has the spill tables (HSM that does not fit spills into them)."""
         idle = 1 - self.active
-        new = compile_tables(acl, ids, version=idle, reuse=self.content[idle], fallback=fallback)
+        new = compile_tables(
+            acl, ids, version=idle, reuse=self.content[idle], fallback=fallback, hybrid=hybrid
+        )
         return new, plan_update(self._installed.values(), self.active, new)
 
     def commit(self, new: CompiledTables, plan: UpdatePlan) -> None:

@@ -218,3 +218,45 @@ class NaiveAclProfileFirstMatchWins(OpenGateTest):
         testutils.send_packet(self, INSIDE, bytes(web))
         testutils.verify_packet(self, routed(web, OUTSIDE, HOST_OUT_MAC), OUTSIDE)
         testutils.verify_no_other_packets(self)
+
+
+def spill_entry(table: str, dport: int, action: str, params: dict[str, int]) -> TableEntry:
+    """A spilled rule: any TCP packet to `dport` (bank 0)."""
+    return TableEntry.make(
+        table,
+        {
+            "version": Exact(0),
+            "ipv4_src": Ternary(0, 0),
+            "ipv4_dst": Ternary(0, 0),
+            "l4_sport": Range(0, 0xFFFF),
+            "l4_dport": Range(dport, dport),
+            "ip_proto": Ternary(6, 0xFF),
+        },
+        action,
+        params,
+        priority=10,
+    )
+
+
+class HybridSpillTableEarlierRuleWins(OpenGateTest):
+    """Hybrid classification: HSM says rule 5 (permit) for everything; a spilled rule 2 (deny,
+    port 22) comes first and wins, a spilled rule 9 (deny, port 80) comes after rule 5 and does
+    not; a spilled IDS rule that comes first sets the IDS class (seen in the digest)."""
+
+    def runTest(self) -> None:
+        if pc.T_ACL_SPILL not in self.schema.tables.by_name:
+            self.skipTest("this build has no spill tables")
+        self.classify_everything(rule_id=5)
+        self.enable_digest(pc.D_SESSION_REQUEST_T)
+        self.insert(spill_entry(pc.T_ACL_SPILL, 22, pc.A_ACL_DENY, {"rule_id": 2}))
+        self.insert(spill_entry(pc.T_ACL_SPILL, 80, pc.A_ACL_DENY, {"rule_id": 9}))
+        self.insert(
+            spill_entry(pc.T_IDS_SPILL, 80, pc.A_SET_IDS_CLASS, {"class_id": 7, "rule_id": 1})
+        )
+        self.assert_dropped(INSIDE, bytes(refresh(tcp_packet(dport=22))), pc.DROP_ACL_DENY)
+        web = refresh(tcp_packet(dport=80, flags="S"))
+        testutils.send_packet(self, INSIDE, bytes(web))
+        testutils.verify_packet(self, routed(web, OUTSIDE, HOST_OUT_MAC), OUTSIDE)
+        testutils.verify_no_other_packets(self)
+        record = self.next_digest(pc.D_SESSION_REQUEST_T)
+        self.assertEqual((record["acl_rule"], record["ids_class"]), (5, 7))

@@ -20,7 +20,8 @@ from .conftest import rule_packets
 
 def test_oversized_cross_product_falls_back_to_the_naive_profile(classbench_dir: Path) -> None:
     acl = parse_classbench(classbench_dir / "fw1_1k", limit=300)
-    compiled = compile_tables(acl, [], limits={"acl_verdict": 1000})
+    # A program without the spill tables (the TNA build): no hybrid.
+    compiled = compile_tables(acl, [], limits={"acl_verdict": 1000}, hybrid=False)
     assert compiled.profile is Profile.NAIVE
     assert compiled.stats.fallback_reason is not None
     assert "acl_verdict needs at least" in compiled.stats.fallback_reason
@@ -33,14 +34,14 @@ def test_oversized_cross_product_falls_back_to_the_naive_profile(classbench_dir:
 def test_without_fallback_an_oversized_table_is_an_error(classbench_dir: Path) -> None:
     acl = parse_classbench(classbench_dir / "fw1_1k", limit=300)
     with pytest.raises(TableOverflow) as info:
-        compile_tables(acl, [], limits={"acl_addr_pair": 100}, fallback=False)
+        compile_tables(acl, [], limits={"acl_addr_pair": 100}, fallback=False, hybrid=False)
     assert info.value.table == "acl_addr_pair" and info.value.needed > 100
 
 
 def test_when_neither_profile_fits_the_error_says_both(classbench_dir: Path) -> None:
     acl = parse_classbench(classbench_dir / "fw1_1k", limit=300)
     with pytest.raises(TableOverflow, match="the naive fallback does not fit either"):
-        compile_tables(acl, [], limits={"acl_verdict": 1000, "acl_naive": 100})
+        compile_tables(acl, [], limits={"acl_verdict": 1000, "acl_naive": 100}, hybrid=False)
 
 
 def test_default_budget_is_half_of_each_table(classbench_dir: Path) -> None:

@@ -21,6 +21,10 @@
 #define OG_DP_SESSIONS
 #define OG_REGISTER(type, name, size) register<type>((bit<32>)(size)) name
 
+// HSM spill tables (Classify): the rules the compiler keeps out of the cross products, in two
+// small priority ternary tables looked up beside them.
+#define OG_HSM_SPILL
+
 // The CPU port as the parser sees it (the same number as the pipeline's CPU_PORT on v1model).
 #define OG_WIRE_CPU_PORT CPU_PORT
 

@@ -6,6 +6,12 @@
 // controller writes a new rule set into the idle bank and flips `classifier_version`, so no packet
 // sees half old, half new tables.
 //
+// Hybrid (where the shell defines OG_HSM_SPILL): rules the compiler spills out of the cross
+// products (those that blow them up) sit in a small priority ternary table per rule set,
+// `acl_spill` and `ids_spill`, banked like the rest and looked up beside HSM; of the two results
+// the rule that comes first wins (rule ids are positions in the rule set), so the verdict is
+// still first-match linear search over all the rules.
+//
 // -DWITH_NAIVE_ACL: one priority ternary table per rule set, the baseline the benchmark compares.
 #ifndef OPENGATE_CONTROL_CLASSIFY_P4
 #define OPENGATE_CONTROL_CLASSIFY_P4
@@ -273,8 +279,52 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         size = IDS_CLASS_TABLE_SIZE;
     }
 
+#ifdef OG_HSM_SPILL
+    @name(".acl_spill")
+    table acl_spill {
+        key = {
+            meta.classifier_version : exact @name("version");
+            hdr.ipv4.src_addr       : ternary @name("ipv4_src");
+            hdr.ipv4.dst_addr       : ternary @name("ipv4_dst");
+            meta.l4_sport           : range @name("l4_sport");
+            meta.l4_dport           : range @name("l4_dport");
+            hdr.ipv4.protocol       : ternary @name("ip_proto");
+        }
+        actions = { acl_permit; acl_deny; acl_to_cpu; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = ACL_SPILL_TABLE_SIZE;
+    }
+
+    @name(".ids_spill")
+    table ids_spill {
+        key = {
+            meta.classifier_version : exact @name("version");
+            hdr.ipv4.src_addr       : ternary @name("ipv4_src");
+            hdr.ipv4.dst_addr       : ternary @name("ipv4_dst");
+            meta.l4_sport           : range @name("l4_sport");
+            meta.l4_dport           : range @name("l4_dport");
+            hdr.ipv4.protocol       : ternary @name("ip_proto");
+        }
+        actions = { set_ids_class; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = IDS_SPILL_TABLE_SIZE;
+    }
+#endif
+
     apply {
         classifier_version.apply();
+#ifdef OG_HSM_SPILL
+        // The spilled rules first; HSM's verdict below overwrites the metadata, then the rule
+        // that comes first of the two is kept.
+        meta.acl_rule = RULE_NONE;
+        meta.ids_rule = RULE_NONE;
+        acl_spill.apply();
+        ids_spill.apply();
+        acl_verdict_t spill_verdict = meta.acl_verdict;
+        rule_id_t spill_acl_rule = meta.acl_rule;
+        class_id_t spill_class = meta.ids_class;
+        rule_id_t spill_ids_rule = meta.ids_rule;
+#endif
         sa_segment.apply();
         da_segment.apply();
         sp_segment.apply();
@@ -286,6 +336,16 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         ids_addr_pair.apply();
         ids_port_pair.apply();
         ids_classification.apply();
+#ifdef OG_HSM_SPILL
+        if (spill_acl_rule < meta.acl_rule) {
+            meta.acl_verdict = spill_verdict;
+            meta.acl_rule = spill_acl_rule;
+        }
+        if (spill_ids_rule < meta.ids_rule) {
+            meta.ids_class = spill_class;
+            meta.ids_rule = spill_ids_rule;
+        }
+#endif
     }
 #endif
 }

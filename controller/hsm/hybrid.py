@@ -1,0 +1,322 @@
+"""Hybrid classification: HSM/IPP for most rules, a small priority ternary table for the rest.
+
+The HSM cross products blow up on rules that are wide in some fields and narrow in others (each
+such rule meets many classes of the other field). When a table would not fit its bank, the
+compiler spills rules into `acl_spill` / `ids_spill` (priority ternary tables with the naive
+profile's keys plus the bank's version) and compiles HSM over the rules left. The data plane
+looks both up and keeps the rule that comes first (rule ids are positions in the rule set), so
+the result is still first-match linear search over every rule: HSM gives the first match among
+the kept rules, the spill table the first among the spilled ones, and the earlier of the two is
+the first of all.
+
+Which rules: each rule is scored by how many cells of the cross products it can touch, the
+product over its four address and port fields of the number of elementary segments its values
+cover (nested prefixes, port intervals between the rule set's end points). The highest scores
+are spilled, as few as possible: the count doubles from a small start until HSM fits (a failing
+attempt stops at the first table that overflows, so it is quick), then a binary search between
+the last failure and the first success finds the smallest count that fits, within a time budget.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from controller.hsm import schema
+from controller.hsm.compile import (
+    CompiledTables,
+    MatchTerm,
+    Progress,
+    TableOverflow,
+    acl_terms,
+    compile_hsm,
+    ids_terms,
+)
+from controller.hsm.naive import naive_entries
+from controller.hsm.rules import AclRule, IdsRule
+from controller.hsm.stats import table_stats
+from opengate.entries import Exact, TableEntry
+from opengate.fields import PortRange, Prefix, prefix_mask
+
+LOG = logging.getLogger(__name__)
+
+# The first spill tried, as a share of a rule set (at least MIN_FIRST_SPILL rules).
+FIRST_SPILL_SHARE = 0.01
+MIN_FIRST_SPILL = 8
+# Seconds the search for the smallest spill may take once a spill that fits is known.
+SHRINK_SECONDS = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class SpillPlan:
+    """The rules kept out of HSM: ACL positions and IDS rule ids."""
+
+    acl: frozenset[int] = frozenset()
+    ids: frozenset[int] = frozenset()
+
+
+def spill_limits() -> dict[str, int]:
+    """Entries per bank of each spill table (half of its size)."""
+    return {t: schema.table_capacity(t) // 2 for t in schema.SPILL_TABLES.values()}
+
+
+def compile_hybrid(
+    acl: Sequence[AclRule],
+    ids: Sequence[IdsRule],
+    *,
+    version: int = 0,
+    reuse: CompiledTables | None = None,
+    limits: Mapping[str, int] | None = None,
+    progress: Progress | None = None,
+    shrink_seconds: float = SHRINK_SECONDS,
+) -> CompiledTables:
+    """HSM alone if it fits; else HSM over the rules left after the fewest spilled rules found,
+    plus the spill tables' entries. Raises `TableOverflow` when no spill the tables hold makes
+    HSM fit."""
+    started = time.perf_counter()
+    budget = {**spill_limits(), **(limits or {})}
+    hsm_limits = {k: v for k, v in budget.items() if k not in schema.SPILL_TABLES.values()}
+    try:
+        return compile_hsm(
+            acl, ids, version=version, reuse=reuse, limits=hsm_limits, progress=progress
+        )
+    except TableOverflow as caught:
+        first = caught
+    terms = {schema.ACL_SIDE: acl_terms(acl), schema.IDS_SIDE: ids_terms(ids)}
+    ranked = {side: _ranked(side_terms) for side, side_terms in terms.items()}
+    # The most rules of each side (in ranked order) whose entries the spill table holds.
+    sizes = {
+        side: _most_that_fit(ranked[side], terms[side], budget[schema.SPILL_TABLES[side]])
+        for side in ranked
+    }
+    counts = {side: 0 for side in ranked}
+    failed = {side: 0 for side in ranked}  # the largest count known not to fit (with the other)
+
+    def plan() -> SpillPlan:
+        return SpillPlan(
+            frozenset(ranked[schema.ACL_SIDE][: counts[schema.ACL_SIDE]]),
+            frozenset(ranked[schema.IDS_SIDE][: counts[schema.IDS_SIDE]]),
+        )
+
+    def attempt() -> CompiledTables | TableOverflow:
+        try:
+            tables = compile_spilled(
+                acl, ids, plan(), version=version, reuse=reuse, limits=budget, progress=progress
+            )
+        except TableOverflow as caught:
+            return caught
+        return replace_seconds(tables, time.perf_counter() - started)
+
+    # Grow: the side whose table overflowed spills more, doubling.
+    overflow = first
+    found: CompiledTables | None = None
+    while found is None:
+        side = _side_of(overflow.table)
+        sides = [side] if side is not None else list(ranked)
+        grown = False
+        for s in sides:
+            if counts[s] < sizes[s]:
+                failed[s] = counts[s]
+                start = max(MIN_FIRST_SPILL, math.ceil(sizes[s] * FIRST_SPILL_SHARE))
+                counts[s] = min(sizes[s], max(start, 2 * counts[s]))
+                grown = True
+        if not grown:
+            raise TableOverflow(
+                overflow.table,
+                overflow.needed,
+                overflow.limit,
+                note=(
+                    f"even with {', '.join(f'{counts[s]} {s.upper()}' for s in sides)} rules "
+                    "spilled, all the spill tables hold"
+                ),
+            )
+        result = attempt()
+        if isinstance(result, TableOverflow):
+            if result.table in schema.SPILL_TABLES.values():
+                raise TableOverflow(
+                    result.table,
+                    result.needed,
+                    result.limit,
+                    note=f"HSM needs that many rules spilled; before, {first}",
+                )
+            overflow = result
+        else:
+            found = result
+    # Shrink: the smallest count per side that still fits, one side after the other.
+    deadline = time.perf_counter() + shrink_seconds
+    for s in ranked:
+        low, high = failed[s], counts[s]  # low does not fit (or is 0), high fits
+        while high - low > max(1, high // 16) and time.perf_counter() < deadline:
+            middle = (low + high) // 2
+            counts[s] = middle
+            result = attempt()
+            if isinstance(result, TableOverflow):
+                low = middle
+            else:
+                high, found = middle, result
+        counts[s] = high
+    LOG.info(
+        "hybrid: %d ACL and %d IDS rules spilled (%s first), %.1fs",
+        counts[schema.ACL_SIDE],
+        counts[schema.IDS_SIDE],
+        first.table,
+        time.perf_counter() - started,
+    )
+    return found
+
+
+def compile_spilled(
+    acl: Sequence[AclRule],
+    ids: Sequence[IdsRule],
+    chosen: SpillPlan,
+    *,
+    version: int = 0,
+    reuse: CompiledTables | None = None,
+    limits: Mapping[str, int] | None = None,
+    progress: Progress | None = None,
+) -> CompiledTables:
+    """HSM over the rules `chosen` leaves, plus the spill tables holding the chosen ones."""
+    budget = {**spill_limits(), **(limits or {})}
+    hsm_limits = {k: v for k, v in budget.items() if k not in schema.SPILL_TABLES.values()}
+    spill = _spill_entries(acl, ids, chosen, version, budget)
+    # Rules that can never be the first match (hidden by earlier ones) stay out of HSM too:
+    # spilling the rule that hides them must not bring them back into the cross products.
+    hidden_acl = frozenset(range(len(acl))) - {t.rule_id for t in acl_terms(acl)}
+    hidden_ids = frozenset(r.rule_id for r in ids) - {t.rule_id for t in ids_terms(ids)}
+    tables = compile_hsm(
+        acl,
+        ids,
+        version=version,
+        reuse=reuse,
+        limits=hsm_limits,
+        progress=progress,
+        skip_acl=chosen.acl | hidden_acl,
+        skip_ids=chosen.ids | hidden_ids,
+    )
+    entries = (*tables.entries, *spill)
+    stats = replace(
+        tables.stats,
+        tables=table_stats(entries),
+        acl_spilled=len(chosen.acl),
+        ids_spilled=len(chosen.ids),
+    )
+    return CompiledTables(
+        tables.profile, tables.version, entries, stats, tables.classes, tables.term_uids
+    )
+
+
+def replace_seconds(tables: CompiledTables, seconds: float) -> CompiledTables:
+    stats = replace(tables.stats, compile_seconds=seconds)
+    return CompiledTables(
+        tables.profile, tables.version, tables.entries, stats, tables.classes, tables.term_uids
+    )
+
+
+def _most_that_fit(ranked: Sequence[int], terms: Sequence[MatchTerm], budget: int) -> int:
+    """How many of the first `ranked` rules a spill table of `budget` entries holds."""
+    entries: dict[int, int] = {}
+    for term in terms:
+        rows = 1
+        for values in term.fields:
+            rows *= len(values)
+        entries[term.rule_id] = entries.get(term.rule_id, 0) + rows
+    total = 0
+    for count, rule in enumerate(ranked):
+        total += entries[rule]
+        if total > budget:
+            return count
+    return len(ranked)
+
+
+def _side_of(table: str) -> str | None:
+    for side, chain in schema.CHAINS.items():
+        if table in (chain.addr_pair, chain.port_pair, chain.final):
+            return side
+    return None  # a segment table: both rule sets make its segments
+
+
+def _spill_entries(
+    acl: Sequence[AclRule],
+    ids: Sequence[IdsRule],
+    chosen: SpillPlan,
+    version: int,
+    budget: Mapping[str, int],
+) -> list[TableEntry]:
+    """The spill tables' entries of bank `version` (the spilled rules' terms, in rule order);
+    raises `TableOverflow` when they do not fit."""
+    out: list[TableEntry] = []
+    everything = range(len(acl))
+    acl_keep = frozenset(everything) - chosen.acl
+    ids_keep = frozenset(r.rule_id for r in ids) - chosen.ids
+    for side, terms in (
+        (schema.ACL_SIDE, acl_terms(acl, acl_keep)),
+        (schema.IDS_SIDE, ids_terms(ids, ids_keep)),
+    ):
+        table = schema.SPILL_TABLES[side]
+        rows = naive_entries(table, terms)
+        if len(rows) > budget[table]:
+            raise TableOverflow(table, len(rows), budget[table])
+        version_key = (schema.VERSION_KEY, Exact(version))
+        out += [
+            TableEntry(r.table, (version_key, *r.match), r.action, r.params, r.priority)
+            for r in rows
+        ]
+    return out
+
+
+# -- ranking -----------------------------------------------------------------------------------
+
+
+def _ranked(terms: Sequence[MatchTerm]) -> list[int]:
+    """Rule keys (ACL position or IDS rule id) by descending score, ties by rule order."""
+    if not terms:
+        return []
+    covers = [_prefix_covers(terms, 0), _prefix_covers(terms, 1)]
+    covers += [_range_covers(terms, 2), _range_covers(terms, 3)]
+    score: dict[int, int] = {}
+    for i, term in enumerate(terms):
+        value = 1
+        for field_covers in covers:
+            value *= field_covers[i]
+        score[term.rule_id] = max(score.get(term.rule_id, 0), value)
+    return sorted(score, key=lambda rule: (-score[rule], rule))
+
+
+def _prefix_covers(terms: Sequence[MatchTerm], f: int) -> list[int]:
+    """Per term, the distinct prefixes of the rule set inside its prefixes (its own included)."""
+    spans = sorted({_span(p) for term in terms for p in term.fields[f]})  # type: ignore[arg-type]
+    lows = [low for low, _ in spans]
+    out = []
+    for term in terms:
+        total = 0
+        for prefix in term.fields[f]:
+            low, high = _span(prefix)  # type: ignore[arg-type]
+            total += bisect.bisect_right(lows, high) - bisect.bisect_left(lows, low)
+        out.append(max(1, total))
+    return out
+
+
+def _span(prefix: Prefix) -> tuple[int, int]:
+    mask = prefix_mask(prefix.length)
+    low = prefix.value & mask
+    return low, low | (~mask & 0xFFFFFFFF)
+
+
+def _range_covers(terms: Sequence[MatchTerm], f: int) -> list[int]:
+    """Per term, the elementary intervals (between the rule set's end points) its ranges cover."""
+    points = sorted(
+        {r.low for t in terms for r in t.fields[f]}  # type: ignore[union-attr]
+        | {r.high + 1 for t in terms for r in t.fields[f]}  # type: ignore[union-attr]
+    )
+    out = []
+    for term in terms:
+        total = 0
+        for r in term.fields[f]:
+            assert isinstance(r, PortRange)
+            total += bisect.bisect_left(points, r.high + 1) - bisect.bisect_left(points, r.low)
+        out.append(max(1, total))
+    return out

@@ -1,0 +1,124 @@
+"""The hybrid (HSM plus spill tables) classifies exactly as first-match linear search does, for
+any split of the rules between HSM and the spill tables (rules spilled, rules shadowed by spilled
+rules, spilled rules shadowed by kept ones); the compiler spills only when HSM alone does not
+fit, and the ClassBench sets whose cross products overflow fit with a small spill."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from controller.hsm import schema
+from controller.hsm.compile import TableOverflow, compile_hsm
+from controller.hsm.hybrid import SpillPlan, compile_hybrid, compile_spilled
+from controller.hsm.lookup import TableState
+from controller.hsm.rules import AclAction, AclRule, IdsRule, parse_classbench
+from controller.hsm.tables import compile_tables
+from controller.hsm.update import entry_version, plan_update
+from opengate.fields import PortRange, Prefix
+
+from .conftest import acl_rules, ids_rule_lists
+from .test_equivalence import EXAMPLES, _packets, assert_same_as_linear
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    acl=st.lists(acl_rules(), max_size=10),
+    ids=ids_rule_lists(),
+    data=st.data(),
+)
+def test_any_split_between_hsm_and_spill_tables_classifies_like_linear_search(
+    acl: list[AclRule], ids: list[IdsRule], data: st.DataObject
+) -> None:
+    spilled_acl = data.draw(st.sets(st.sampled_from(range(len(acl)))) if acl else st.just(set()))
+    ids_ids = [r.rule_id for r in ids]
+    spilled_ids = data.draw(st.sets(st.sampled_from(ids_ids)) if ids else st.just(set()))
+    plan = SpillPlan(frozenset(spilled_acl), frozenset(spilled_ids))
+    compiled = compile_spilled(acl, ids, plan)
+    assert compiled.stats.acl_spilled == len(spilled_acl)
+    assert_same_as_linear(compiled.entries, acl, ids, _packets(acl, ids, 60))
+
+
+@settings(max_examples=EXAMPLES // 2, deadline=None)
+@given(acl=st.lists(acl_rules(), min_size=2, max_size=10), ids=ids_rule_lists(max_size=6))
+def test_tables_too_small_for_hsm_alone_make_the_compiler_spill(
+    acl: list[AclRule], ids: list[IdsRule]
+) -> None:
+    limits = {schema.ACL_CHAIN.final: 2, schema.IDS_CHAIN.final: 2}
+    compiled = compile_hybrid(acl, ids, limits=limits, shrink_seconds=5)
+    for table in (schema.ACL_CHAIN.final, schema.IDS_CHAIN.final):
+        assert compiled.stats.entries(table) <= 2
+    assert_same_as_linear(compiled.entries, acl, ids, _packets(acl, ids, 40))
+
+
+def test_no_spill_when_hsm_fits() -> None:
+    acl = [AclRule(), AclRule()]
+    compiled = compile_hybrid(acl, [])
+    assert (compiled.stats.acl_spilled, compiled.stats.ids_spilled) == (0, 0)
+    assert not [e for e in compiled.entries if e.table in schema.SPILL_TABLES.values()]
+
+
+def test_a_spill_the_tables_cannot_hold_is_refused() -> None:
+    acl = host_rules(40)
+    with pytest.raises(TableOverflow) as caught:
+        compile_hybrid(acl, [], limits={schema.ACL_CHAIN.final: 1, schema.ACL_SPILL: 3})
+    assert caught.value.table == schema.ACL_CHAIN.final
+    assert "even with 3 ACL rules spilled, all the spill tables hold" in str(caught.value)
+
+
+def host_rules(count: int, first: int = 0) -> list[AclRule]:
+    """`count` distinct host-to-host rules (each its own HSM cells)."""
+    return [
+        AclRule(
+            src=(Prefix(0x0A000000 + i, 32),),
+            dst=(Prefix(0x0B000000 + i, 32),),
+            dport=(PortRange(i, i),),
+            action=AclAction.DENY if i % 3 else AclAction.PERMIT,
+        )
+        for i in range(first, first + count)
+    ]
+
+
+@pytest.mark.parametrize("name", ["fw1_1k", "ipc1_1k"])
+def test_classbench_sets_that_overflow_fit_with_a_small_spill(
+    classbench_dir: Path, name: str
+) -> None:
+    acl = parse_classbench(classbench_dir / name)
+    with pytest.raises(TableOverflow):
+        compile_hsm(acl, [])
+    started = time.perf_counter()
+    compiled = compile_tables(acl, [], fallback=False)
+    seconds = time.perf_counter() - started
+    stats = compiled.stats
+    assert stats.acl_spilled > 0
+    assert stats.entries(schema.ACL_SPILL) <= schema.table_capacity(schema.ACL_SPILL) // 2
+    for table in schema.HSM_TABLES:
+        assert stats.entries(table) <= schema.table_capacity(table) // 2, table
+    assert_same_as_linear(compiled.entries, acl, [], _packets(acl, [], 400))
+    print(f"{name}: {stats.acl_spilled} of {len(acl)} rules spilled in {seconds:.1f}s")
+
+
+def test_a_hybrid_update_writes_the_idle_bank_then_flips() -> None:
+    """From one hybrid rule set to another: every write before the flip is to the idle bank
+    (spill entries included) and leaves the running classification as it was; after the flip
+    the new rules classify exactly."""
+    old, new = host_rules(30), host_rules(30, first=10)
+    limits = {schema.ACL_CHAIN.final: 8}
+    first = compile_tables(old, [], version=0, limits=limits, fallback=False)
+    second = compile_tables(new, [], version=1, limits=limits, fallback=False)
+    assert first.stats.acl_spilled and second.stats.acl_spilled
+    state = TableState(first.entries)
+    packets = _packets([*old, *new], [], 200)
+    plan = plan_update(state.entries(), 0, second)
+    *before_flip, flip = plan.writes
+    assert {entry_version(e) for _, e in before_flip} == {1}
+    assert any(e.table == schema.ACL_SPILL for _, e in before_flip)
+    for op, entry in before_flip:
+        state.apply(op, entry)
+    assert_same_as_linear(state.entries(), old, [], packets)
+    state.apply(*flip)
+    assert_same_as_linear(state.entries(), new, [], packets)
