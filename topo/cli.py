@@ -61,8 +61,13 @@ def handle(args: argparse.Namespace) -> int:
     spec = load_topology(args.topology, root=repo_root())
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _terminate)
-    network = GatewayNetwork(spec, args.run_dir)
     interactive = not commands
+    if interactive:
+        # Ctrl-C belongs to the CLI (it passes it on to the host command it waits for), even when
+        # the parent started it with SIGINT ignored (a background job of a script, as a CI job
+        # may be): Python leaves an ignored SIGINT ignored, and the host shells would inherit it.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    network = GatewayNetwork(spec, args.run_dir)
     # The CLI owns the terminal's Ctrl-C from bring-up to the end of the clean-up.
     with foreground_group(sys.stdin) if interactive else contextlib.nullcontext():
         try:

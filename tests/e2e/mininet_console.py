@@ -53,6 +53,10 @@ class Process:
     command: str
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _children(pid: int) -> list[int]:
     try:
         return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
@@ -79,6 +83,9 @@ class Console:
             codec_errors="replace",
             dimensions=(50, 250),
             timeout=COMMAND_TIMEOUT,
+            # Started as a script's background job is (a CI job, say): with SIGINT ignored,
+            # which the CLI must take back for Ctrl-C to reach the host commands.
+            preexec_fn=_ignore_sigint,
         )
         self.log = (home / "console.log").open("a")
         self.child.logfile_read = self.log
