@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from opengate import p4constants as pc
 from opengate.target import shared_data_dir
 from topo.net import CLAMAV_TESTFILES, GatewayNetwork
 from topo.services import generated_bytes
@@ -60,8 +61,33 @@ def test_udp_datagram_is_answered_through_nat(gateway: GatewayNetwork) -> None:
 
 
 def test_port_forward_reaches_the_inside_server(gateway: GatewayNetwork) -> None:
-    page = ok(gateway, "out1", f"curl -sS --max-time 20 http://{GATEWAY_OUTSIDE}:8080/index.html")
+    """Through the forward 198.51.100.1:8080 -> h1:80; on the v1model targets the NPM carries it
+    (a slot, or the counted fallback to the CPM), and the CPM learns the binding either way."""
+    events = (pc.FLOW_EVENT_DNAT_CREATED, pc.FLOW_EVENT_DNAT_FALLBACK)
+    before = [gateway.counter(pc.C_FLOW_EVENT_COUNTER, e) for e in events]
+    result = gateway.run(
+        "out1",
+        f"curl -sS --max-time 20 -w '\n%{{local_port}}' http://{GATEWAY_OUTSIDE}:8080/index.html",
+        timeout=30,
+    )
+    assert result.returncode == 0, result.output
+    page, _, port = result.output.rpartition("\n")
     assert "OpenGate test server h1" in page
+    after = [gateway.counter(pc.C_FLOW_EVENT_COUNTER, e) for e in events]
+    assert sum(after) - sum(before) == 1, (before, after)
+    deadline = time.monotonic() + 20
+    while True:
+        rows = gateway.api("GET", "/api/v1/sessions", params={"limit": 100_000})["sessions"]
+        mine = [r for r in rows if r["dport"] == 8080 and r["sport"] == int(port)]
+        if mine:
+            break
+        assert time.monotonic() < deadline, "the controller never learned the forwarded flow"
+        time.sleep(0.2)
+    assert (mine[0]["nat"], mine[0]["nat_addr"], mine[0]["nat_port"]) == (
+        "REWRITE_DST",
+        "10.0.1.10",
+        80,
+    ), mine[0]
 
 
 def test_outside_cannot_open_a_connection_to_an_inside_host(gateway: GatewayNetwork) -> None:
