@@ -42,10 +42,7 @@ class P4RuntimeTest(BaseTest):
         p4info_path = str(params[self.p4info_param])
         config_path = str(params[self.config_param])
         self.schema = P4Schema.load(p4info_path)
-        self.client = P4RuntimeClient(
-            str(params["grpcaddr"]), device_id=int(params.get("device_id", 1)), election_id=10
-        ).connect()
-        self.assertTrue(self.client.is_primary, "the test client must be the primary controller")
+        self.client = self._primary_client(str(params["grpcaddr"]), int(params.get("device_id", 1)))
         self._config_path = config_path
         if P4RuntimeTest._loaded != (p4info_path, config_path):
             self._push_pipeline()
@@ -62,6 +59,20 @@ class P4RuntimeTest(BaseTest):
         finally:
             self.client.close()
             BaseTest.tearDown(self)
+
+    def _primary_client(self, address: str, device_id: int) -> P4RuntimeClient:
+        """A client that is the primary controller. The previous test's client (the same election
+        id) has closed its stream, but the switch may not have seen it go yet (a loaded machine):
+        until it has, the new stream is not primary; try again, for a while."""
+        deadline = time.monotonic() + 10
+        while True:
+            client = P4RuntimeClient(address, device_id=device_id, election_id=10).connect()
+            if client.is_primary:
+                return client
+            client.close()
+            if time.monotonic() > deadline:
+                self.fail("the test client must be the primary controller (still not after 10 s)")
+            time.sleep(0.1)
 
     def _push_pipeline(self) -> None:
         with open(self._config_path, "rb") as config:
