@@ -15,7 +15,7 @@ from ptf import testutils
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet
-from test_dp_nat import DataPlaneNatTest
+from test_dp_nat import DataPlaneNatTest, returned_from_spm
 from test_dp_session import INSPECTED, to_spm
 
 from opengate import p4constants as pc
@@ -31,12 +31,10 @@ from opengate_test import (
     INSIDE,
     OUTSIDE,
     SPM_A,
-    SPM_MAC,
     TAG_BASE,
     ip,
     refresh,
     routed,
-    tag_mac,
     tcp_packet,
     udp_packet,
 )
@@ -232,23 +230,14 @@ class InspectedForwardSeenAsItArrived(DataPlaneForwardTest):
         testutils.verify_packet(self, to_spm(syn, SPM_A), SPM_A)
         record = self.next_digest(pc.D_SESSION_REQUEST_T)
         self.assertEqual((record["nat_kind"], record["nat_port"]), (pc.NAT_REWRITE_DST, 80))
-        back = to_spm(syn, SPM_A)
-        back[Ether].src = SPM_MAC[SPM_A]
-        back[Ether].dst = tag_mac(TAG_BASE)
-        testutils.send_packet(self, SPM_A, bytes(back))
+        testutils.send_packet(self, SPM_A, bytes(returned_from_spm(syn, SPM_A, TAG_BASE)))
         testutils.verify_packet(
             self, routed(forwarded(syn, TARGET_PORT), INSIDE, HOST_IN_MAC), INSIDE
         )
         answer = from_server()
         testutils.send_packet(self, INSIDE, bytes(answer))
         public = from_public_end(answer)
-        steered = to_spm(public, SPM_A)
-        steered[Ether].src = tag_mac(TAG_BASE | 1)
-        testutils.verify_packet(self, steered, SPM_A)
-        returned = steered.copy()
-        returned[Ether].src = SPM_MAC[SPM_A]
-        returned[Ether].dst = tag_mac(TAG_BASE | 1)
-        testutils.send_packet(self, SPM_A, bytes(returned))
+        self.steered_nat_done(public)
         testutils.verify_packet(self, routed(public, OUTSIDE, HOST_OUT_MAC), OUTSIDE)
         testutils.verify_no_other_packets(self)
 

@@ -93,12 +93,27 @@ class DataPlaneNatTest(DataPlaneSessionTest):
         )
         return port
 
+    def steered_nat_done(self, packet: Packet) -> None:
+        """`packet`, translated already, reaches SPM_A tagged NAT-done; SPM_A sends it back."""
+        steered = to_spm(packet, SPM_A)
+        steered[Ether].src = tag_mac(TAG_BASE | 1)
+        testutils.verify_packet(self, steered, SPM_A)
+        testutils.send_packet(self, SPM_A, bytes(returned_from_spm(packet, SPM_A, TAG_BASE | 1)))
+
     def answered(self, answer: Packet, inside_port: int) -> None:
         """A reply to GW_OUT_IP arrives outside and must reach the inside host, rewritten."""
         testutils.send_packet(self, OUTSIDE, bytes(answer))
         testutils.verify_packet(
             self, routed(unmasqueraded(answer, inside_port), INSIDE, HOST_IN_MAC), INSIDE
         )
+
+
+def returned_from_spm(packet: Packet, spm: int, tag: int) -> Packet:
+    """`packet` as the SPM sends it back: from its MAC to the MAC of next-hop tag `tag`."""
+    back = to_spm(packet, spm)
+    back[Ether].src = SPM_MAC[spm]
+    back[Ether].dst = tag_mac(tag)
+    return back
 
 
 def masqueraded(packet: Packet, port: int) -> Packet:
@@ -318,23 +333,14 @@ class InspectedMasqueradedFlow(DataPlaneNatTest):
         testutils.send_packet(self, INSIDE, bytes(syn))
         testutils.verify_packet(self, to_spm(syn, SPM_A), SPM_A)
         port = self.next_digest(pc.D_SESSION_REQUEST_T)["nat_port"]
-        back = to_spm(syn, SPM_A)
-        back[Ether].src = SPM_MAC[SPM_A]
-        back[Ether].dst = tag_mac(TAG_BASE)
-        testutils.send_packet(self, SPM_A, bytes(back))
+        testutils.send_packet(self, SPM_A, bytes(returned_from_spm(syn, SPM_A, TAG_BASE)))
         testutils.verify_packet(
             self, routed(masqueraded(syn, port), OUTSIDE, HOST_OUT_MAC), OUTSIDE
         )
         answer = answer_tcp(port)
         testutils.send_packet(self, OUTSIDE, bytes(answer))
         inside = unmasqueraded(answer, 40000)
-        steered = to_spm(inside, SPM_A)
-        steered[Ether].src = tag_mac(TAG_BASE | 1)
-        testutils.verify_packet(self, steered, SPM_A)
-        returned = steered.copy()
-        returned[Ether].src = SPM_MAC[SPM_A]
-        returned[Ether].dst = tag_mac(TAG_BASE | 1)
-        testutils.send_packet(self, SPM_A, bytes(returned))
+        self.steered_nat_done(inside)
         testutils.verify_packet(self, routed(inside, INSIDE, HOST_IN_MAC), INSIDE)
         testutils.verify_no_other_packets(self)
 
