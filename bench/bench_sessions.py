@@ -2,7 +2,9 @@
 sessions made by the data plane (routed: the example policy without masquerade; masqueraded: the
 example policy) and by the controller (the example policy with `data_plane_ports: off`), beside the
 round trip of a datagram on a flow whose session already exists (UDP echo, the same path through
-the NPM and an SPM).
+the NPM and an SPM); and connections through the example policy's port forward (out1 ->
+198.51.100.1:8080 -> h1:80), carried by the data plane or, with `data_plane_ports: off`, by the
+controller.
 
     sudo .venv/bin/python -m bench.bench_sessions [--connections 200]
 
@@ -24,12 +26,13 @@ from topo.model import load_topology, with_controller_nat, without_masquerade
 from topo.net import GatewayNetwork
 
 OUT1 = "198.51.100.20"
+GATEWAY_OUTSIDE = "198.51.100.1"
 
 # Run on h1: N new connections, each timed from connect() to established; or N round trips of
 # a UDP datagram to out1's echo service on one flow whose session already exists.
 CLIENT = r"""
 import json, socket, sys, time
-host, n, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+host, n, mode, port = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 out = []
 if mode == "connect":
     for _ in range(n):
@@ -37,7 +40,7 @@ if mode == "connect":
         s.settimeout(10)
         t = time.perf_counter()
         try:
-            s.connect((host, 80))
+            s.connect((host, port))
             out.append(time.perf_counter() - t)
         except OSError:
             out.append(None)
@@ -65,11 +68,20 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def measure(network: GatewayNetwork, n: int, mode: str) -> dict[str, Any]:
+def measure(
+    network: GatewayNetwork,
+    n: int,
+    mode: str,
+    client: str = "h1",
+    server: tuple[str, int] = (OUT1, 80),
+) -> dict[str, Any]:
     path = repo_root() / "run" / "bench-sessions" / "client.py"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(CLIENT)
-    result = network.run("h1", f"{sys.executable} {path} {OUT1} {n} {mode}", timeout=n * 12 + 60)
+    host, port = server
+    result = network.run(
+        client, f"{sys.executable} {path} {host} {n} {mode} {port}", timeout=n * 12 + 60
+    )
     if result.returncode != 0:
         return {"error": result.output.strip().splitlines()[-1:] or ["client failed"]}
     times = json.loads(result.output.strip().splitlines()[-1])
@@ -114,6 +126,12 @@ def main(argv: list[str] | None = None) -> int:
                 ("request", "round trip on an existing session"),
             ):
                 rows.append((f"{name}: {what}", measure(network, args.connections, mode)))
+            if name != "routed":
+                # The example policy's port forward, out1 -> 198.51.100.1:8080 -> h1:80.
+                forwarded = measure(
+                    network, args.connections, "connect", "out1", (GATEWAY_OUTSIDE, 8080)
+                )
+                rows.append((f"port forward ({name}): session made by {maker}", forwarded))
     print(
         f"Command: `{' '.join(['python -m bench.bench_sessions', *(argv or sys.argv[1:])])}`, "
         f"target {choice.target.value}, h1 -> out1:80, {args.connections} each\n"
