@@ -9,6 +9,10 @@
                         [--engine builtin|snort] [--eve OUT.json]
                                              inspect a capture offline; alerts as EVE JSON
                                              (stdout by default), a summary on stderr
+    opengate spm corpus RULES... --out FILE.pcap [--seed N] [--benign N] [--compare]
+                                             a capture with a flow that should fire each rule;
+                                             --compare replays it with both engines (Snort 3
+                                             needed) and lists where they differ
 
 Also `python -m spm ...`.
 """
@@ -22,6 +26,7 @@ from pathlib import Path
 
 from opengate.errors import ConfigError
 from spm.config import load_config
+from spm.corpus import compare, flow_ids, generate
 from spm.daemon import SpmDaemon
 from spm.eve import EveLog
 from spm.ips.loader import build_detector, load_ruleset
@@ -98,6 +103,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="write the EVE records to this file (replaced; default stdout)",
     )
     rep.set_defaults(handler=_replay)
+
+    corpus = sub.add_parser(
+        "corpus",
+        help="write a capture that should fire each rule; compare the engines on it",
+        description="Write a capture with one flow per rule the generator can satisfy (its "
+        "contents, pcres, lengths placed in the buffers they name, HTTP rules as well-formed "
+        "requests and responses), then benign web flows. With --compare, replay it with the "
+        "built-in engine and with Snort 3 and print the (flow, sid) alerts only one raised. "
+        "Exit status: 0 done (with --compare: the engines agree); 1 they differ; 2 bad input.",
+    )
+    corpus.add_argument("rules", type=Path, nargs="+", help="Snort 3 rule files")
+    corpus.add_argument("--out", type=Path, required=True, metavar="FILE.pcap")
+    corpus.add_argument("--seed", type=int, default=0, help="varies what the rules leave open")
+    corpus.add_argument("--benign", type=int, default=50, help="benign flows (default 50)")
+    corpus.add_argument("--compare", action="store_true", help="replay with both engines")
+    corpus.set_defaults(handler=_corpus)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -185,6 +206,38 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"spm: replay incomplete: {stats.incomplete}", file=sys.stderr)
         return 1
     return 0
+
+
+def _corpus(args: argparse.Namespace) -> int:
+    snort = ""
+    if args.compare:
+        snort = find_snort_binary() or ""
+        if not snort:
+            raise ConfigError("--compare: snort (Snort 3) is not installed")
+    made = generate(load_ruleset([str(p) for p in args.rules], {}), args.seed, args.benign)
+    size = made.write_pcap(args.out)
+    skipped = ", ".join(f"{why} {n}" for why, n in made.skipped.most_common())
+    benign = len(made.flows) - len(made.rule_flows)
+    print(
+        f"{args.out}: {len(made.rule_flows)} rule flows and {benign} benign, {size} bytes of "
+        f"IP; rules not generated: {sum(made.skipped.values())}"
+        + (f" ({skipped})" if skipped else "")
+    )
+    if not args.compare:
+        return 0
+    result = compare(made, args.out, args.rules, snort)
+    print(result.summary())
+    flows = flow_ids(made)
+    for label, items in (
+        ("built-in only", result.builtin_only),
+        ("Snort only", result.snort_only),
+        ("neither", result.neither),
+    ):
+        for cid, sid in sorted(items, key=lambda x: x[1]):
+            f = flows.get(cid)
+            where = f"flow of sid {f.sid}" if f and f.sid else "benign flow" if f else "?"
+            print(f"  {label}: sid {sid} on {where} {cid}")
+    return 0 if not (result.builtin_only or result.snort_only) else 1
 
 
 def main(argv: list[str] | None = None) -> int:

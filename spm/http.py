@@ -23,13 +23,36 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 MAX_CHUNK_LINE = 1024
+# the request methods Snort 3's default wizard knows (and, like it, any token followed by a
+# target and an HTTP version: `is_http_start`)
 _METHODS = frozenset(
-    b"GET POST HEAD PUT DELETE OPTIONS CONNECT TRACE PATCH PROPFIND PROPPATCH MKCOL COPY MOVE "
-    b"LOCK UNLOCK SEARCH".split()
+    b"GET HEAD POST DELETE TRACE CONNECT VERSION_CONTROL REPORT CHECKOUT CHECKIN UNCHECKOUT "
+    b"MKWORKSPACE LABEL MERGE BASELINE_CONTROL MKACTIVITY ORDERPATCH ACL PATCH BIND LINK "
+    b"MKCALENDAR MKREDIRECTREF REBIND UNBIND UNLINK UPDATEREDIRECTREF PROPFIND PROPPATCH MKCOL "
+    b"COPY MOVE LOCK UNLOCK SEARCH BCOPY BDELETE BMOVE BPROPFIND BPROPPATCH POLL UNSUBSCRIBE "
+    b"X_MS_ENUMATTS NOTIFY OPTIONS SUBSCRIBE UPDATE PUT".split()
 )
-_REQUEST_LINE = re.compile(rb"([A-Za-z-]{1,16}) +(\S{1,65536}) +(HTTP/\d\.\d)\r?$")
+# the wizard matches these at the start of a stream, in any case, even as a prefix of a longer
+# word ("GETPROPERTIES"); the others (OPTIONS, PUT, ...) only in a whole `M * HTTP/` start line
+_WIZARD_METHODS = tuple(_METHODS - {b"NOTIFY", b"OPTIONS", b"SUBSCRIBE", b"UPDATE", b"PUT"})
+_LONGEST_METHOD = max(map(len, _METHODS))
+_TOKEN_START = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,80}([ \t]|$)")  # Snort: 80 at most
+_ANY_REQUEST_START = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32} \S+ HTTP/")
+_REQUEST_LINE = re.compile(
+    rb"([!#$%&'*+.^_`|~0-9A-Za-z-]{1,80})[ \t]+(\S{1,65536})[ \t]+(HTTP/\d\.\d)\r?$"
+)
 _STATUS_LINE = re.compile(rb"(HTTP/\d\.\d) +(\d{3})(?: +(.*))?\r?$")
 _PCT = re.compile(rb"%([0-9A-Fa-f]{2})")
+_ABSOLUTE = re.compile(rb"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
+
+
+def is_http_start(data: bytes) -> bool:
+    """Whether a stream starts as HTTP/1 does (Snort's wizard: a known method, or any token
+    with a target and a version; a response's `HTTP/`)."""
+    if data.startswith(b"HTTP/"):
+        return True
+    head = data[:_LONGEST_METHOD].upper()
+    return any(head.startswith(m) for m in _WIZARD_METHODS) or bool(_ANY_REQUEST_START.match(data))
 
 
 class Ev(Enum):
@@ -48,7 +71,10 @@ class HttpMessage:
     status_code: bytes = b""
     status_msg: bytes = b""
     header_block: bytes = b""  # the start line and the header lines, raw (CRLFs kept)
-    raw_header: bytes = b""  # the header lines only, raw
+    # the header lines as sent, each with its own line end but the last (Snort's
+    # http_raw_header); and normalized (http_header): without the cookie lines, percent-decoded
+    raw_header: bytes = b""
+    norm_header: bytes = b""
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)  # (lower-case name, value)
     content_length: int | None = None
     chunked: bool = False
@@ -67,7 +93,7 @@ class HttpMessage:
     @property
     def cookie(self) -> bytes:
         name = b"cookie" if self.request else b"set-cookie"
-        return b"; ".join(self.header_values(name))
+        return b", ".join(self.header_values(name))
 
     @property
     def norm_uri(self) -> bytes:
@@ -203,7 +229,7 @@ class HttpParser:
                 buf.clear()
             elif len(buf) > self.max_header_bytes:
                 self._break(events, "header section too long")
-            elif not self._plausible_start(bytes(buf[:16])):
+            elif not self._plausible_start(bytes(buf[:96])):
                 self._break(events, "not HTTP")
             return len(data)
         head = bytes(buf[: end + sep])
@@ -220,8 +246,7 @@ class HttpParser:
     def _plausible_start(self, first: bytes) -> bool:
         first = first.lstrip(b"\r\n")
         if self.request_side:
-            word = first.split(b" ", 1)[0]
-            return word in _METHODS or (len(first.split(b" ", 1)) == 1 and word.isalpha())
+            return _TOKEN_START.match(first) is not None  # a method, maybe cut short
         return b"HTTP/"[: len(first)] == first[:5]
 
     def _headers(self, head: bytes, events: list[HttpEvent]) -> None:
@@ -230,7 +255,7 @@ class HttpParser:
         msg = HttpMessage(request=self.request_side, header_block=head)
         if self.request_side:
             m = _REQUEST_LINE.match(start)
-            if not m or m.group(1).upper() not in _METHODS:
+            if not m:
                 self._break(events, "bad request line")
                 return
             msg.method, msg.uri, msg.version = m.group(1), m.group(2), m.group(3)
@@ -241,12 +266,16 @@ class HttpParser:
                 return
             msg.version, msg.status_code = m.group(1), m.group(2)
             msg.status_msg = m.group(3) or b""
-        raw_lines: list[bytes] = []
+        kept: list[bytes] = []  # header lines with their ends, as sent
+        norm: list[bytes] = []  # the same without the cookie lines
+        cookie = b"cookie" if self.request_side else b"set-cookie"
         for raw in lines[1:]:
             line = raw.rstrip(b"\r")
             if not line:
                 continue
-            raw_lines.append(line)
+            kept.append(raw + b"\n")
+            if line.split(b":", 1)[0].strip().lower() != cookie:
+                norm.append(raw + b"\n")
             if line[:1] in (b" ", b"\t") and msg.headers:  # obsolete line folding
                 name, value = msg.headers[-1]
                 msg.headers[-1] = (name, value + b" " + line.strip())
@@ -255,7 +284,8 @@ class HttpParser:
             if not colon:
                 continue  # tolerated, as most servers do
             msg.headers.append((name.strip().lower(), value.strip()))
-        msg.raw_header = b"\r\n".join(raw_lines) + b"\r\n" if raw_lines else b""
+        msg.raw_header = _without_last_end(b"".join(kept))
+        msg.norm_header = percent_decode(_without_last_end(b"".join(norm)))
         self.message = msg
         te = msg.header(b"transfer-encoding")
         msg.chunked = te is not None and b"chunked" in te.lower()
@@ -337,10 +367,34 @@ class HttpParser:
         return pos
 
 
+def _decoded(m: re.Match[bytes]) -> bytes:
+    return bytes([int(m.group(1), 16)])
+
+
+def _without_last_end(lines: bytes) -> bytes:
+    if lines.endswith(b"\r\n"):
+        return lines[:-2]
+    return lines[:-1] if lines.endswith(b"\n") else lines
+
+
+def percent_decode(data: bytes) -> bytes:
+    """Percent-decoding as Snort 3's http_inspect does by default (`iis_double_decode`): what
+    the first pass makes into a percent-encoding is decoded again (%2541 is A)."""
+    if b"%" not in data:
+        return data
+    once = _PCT.sub(_decoded, data.replace(b"%%", b"%"))  # Snort reads "%%" as one "%"
+    return _PCT.sub(_decoded, once) if b"%" in once else once
+
+
 def normalize_uri(uri: bytes) -> bytes:
-    """Percent-decode and clean up the path (/./, /../, //); the query is only decoded."""
+    """Snort 3's http_uri with http_inspect's defaults: an absolute URI loses its scheme and
+    authority; then percent-decoding, '+' to space and backslash to slash everywhere, and the
+    path cleaned up (/./, /../, //); the query is not cleaned up."""
+    absolute = _ABSOLUTE.match(uri)
+    if absolute:
+        uri = uri[absolute.end() :] or b"/"
     path, q, query = uri.partition(b"?")
-    path = _PCT.sub(lambda m: bytes([int(m.group(1), 16)]), path)
+    path = percent_decode(path).replace(b"+", b" ").replace(b"\\", b"/")
     if path.startswith(b"/"):
         parts: list[bytes] = []
         for seg in path.split(b"/")[1:]:
@@ -354,6 +408,6 @@ def normalize_uri(uri: bytes) -> bytes:
         trailing = path.endswith((b"/", b"/.", b"/.."))
         path = b"/" + b"/".join(parts) + (b"/" if trailing and parts else b"")
     if q:
-        query = _PCT.sub(lambda m: bytes([int(m.group(1), 16)]), query)
+        query = percent_decode(query).replace(b"+", b" ").replace(b"\\", b"/")
         return path + b"?" + query
     return path

@@ -19,6 +19,7 @@ import logging
 import shutil
 import subprocess
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from spm.ips.snort import (
     snort_env,
     snort_lua,
     snort_pcap_command,
+    snort_processing_seconds,
 )
 from spm.pcap import CaptureReader, DamagedCapture, Frame
 from spm.pool import event_dict
@@ -73,6 +75,7 @@ class ReplayStats:
     alerts: int = 0
     flows: int | None = None
     incomplete: str | None = None  # why the replay stopped before the end (damage, Snort)
+    seconds: float | None = None  # inspection time, rules loaded (Snort: its own figure)
 
     def summary(self) -> str:
         head = f"replay {self.path} ({self.format or '?'}, engine {self.engine}): "
@@ -208,7 +211,9 @@ def _replay_builtin(reader: CaptureReader, cfg: SpmConfig, eve: EveLog) -> Repla
                 stats.alerts += 1
         worker.events.clear()
 
+    started = time.perf_counter()
     _read(reader, stats, handle)
+    stats.seconds = time.perf_counter() - started
     c = worker.counters
     for error, n in c.decode_errors.items():
         stats.skipped[f"undecodable ({error})"] += n
@@ -258,6 +263,7 @@ def _replay_snort(reader: CaptureReader, cfg: SpmConfig, eve: EveLog, binary: st
                     continue
                 eve.alert({**alert, "source": "snort"})
                 stats.alerts += 1
+    stats.seconds = snort_processing_seconds(proc.stdout or "")
     if proc.returncode != 0 and stats.incomplete is None:
         lines = (proc.stderr or proc.stdout).strip().splitlines()
         stats.incomplete = f"snort exited with status {proc.returncode}" + (

@@ -26,7 +26,7 @@ from spm.av.inspector import AvInspector, AvOutcome
 from spm.community_id import PROTO_TCP, PROTO_UDP
 from spm.config import SpmConfig
 from spm.flow import ESTABLISHED, NEW, SYN_RECV, SYN_SENT, Direction, Flow, FlowTable
-from spm.http import Ev, HttpParser
+from spm.http import Ev, HttpParser, is_http_start
 from spm.ips.base import Detector, RuleMatch
 from spm.logs import ContextLogger
 from spm.packet import ACK, FIN, RST, SYN, Packet, decode
@@ -37,7 +37,6 @@ LOG = logging.getLogger(__name__)
 
 PDU_MAX = 16 * 1024  # stream bytes the IPS sees at once (a PDU), per direction
 AV_GID = 3000  # gid of alerts raised by the AV (sid 1: infected, 2: size limit, 3: clamd down)
-_HTTP_START = (b"GET ", b"POST ", b"HEAD ", b"PUT ", b"DELETE ", b"OPTIONS ", b"PATCH ", b"HTTP/")
 _DROP_ACTIONS = frozenset({"drop", "block", "reject", "sdrop"})
 _ENCRYPTED = frozenset({"tls", "ssh"})  # the AV cannot read these streams
 
@@ -270,7 +269,7 @@ class Worker:
         return Verdict.ACCEPT, data, end
 
     def _classify(self, flow: Flow, pkt: Packet, data: bytes) -> None:
-        if data.startswith(_HTTP_START):
+        if pkt.proto == PROTO_TCP and is_http_start(data):
             flow.flow_class = "http"
         elif len(data) >= 3 and data[0] in (0x14, 0x15, 0x16, 0x17) and data[1] == 3:
             flow.flow_class = "tls"

@@ -130,8 +130,11 @@ def _eval(
                 pos = hay.find(pat, pos + 1, end)
             return False
         if isinstance(opt, Pcre):
+            # relative: the subject starts at the cursor, as Snort hands it to PCRE (^ matches
+            # there, and nothing before it is seen)
             pos = cur if opt.relative else 0
-            m = opt.regex.match(data, pos) if opt.anchored else opt.regex.search(data, pos)
+            subject = data[pos:] if pos else data
+            m = opt.regex.match(subject) if opt.anchored else opt.regex.search(subject)
             if opt.negated:
                 if m is not None:
                     return False
@@ -139,7 +142,7 @@ def _eval(
                 if m is None:
                     return False
                 cursors = dict(cursors)
-                cursors[key] = m.end()
+                cursors[key] = pos + m.end()
             i += 1
             continue
         if isinstance(opt, ByteTest):

@@ -33,6 +33,7 @@ import hyperscan
 
 from spm.community_id import PROTO_ICMP, PROTO_ICMP6, PROTO_TCP, PROTO_UDP
 from spm.flow import Direction, Flow
+from spm.http import percent_decode
 from spm.ips.base import RuleMatch
 from spm.ips.detect import Buffers, match_payload
 from spm.ips.header import Header, compile_header
@@ -56,6 +57,9 @@ MESSAGE_BUFFERS = (
     | {"http_header", "http_raw_header", "http_cookie", "http_raw_cookie", "http_version"}
 ) - BODY_BUFFERS
 SERVICE_CLASS = {"http": "http", "ssl": "tls", "tls": "tls", "ssh": "ssh", "dns": "dns"}
+# flow classes known by content, as Snort's wizard knows them: a rule with `service` runs on such
+# a flow only if it names that service (held to Snort for HTTP by the differential test)
+IDENTIFIED_SERVICES = frozenset({"http"})
 _PROTO_NUMBERS = {"tcp": (PROTO_TCP,), "udp": (PROTO_UDP,), "icmp": (PROTO_ICMP, PROTO_ICMP6)}
 
 
@@ -256,8 +260,9 @@ class BuiltinEngine:
             st.pdu_gen, st.pdu_scanned = d.pdu_gen, 0
             st.cand_pdu = set()
             st.fired = set()
+        http = _http_mode(d)
         data = bytes(d.pdu) if pkt.proto == PROTO_TCP else pkt.payload
-        p = pf.get(PKT_DATA)
+        p = None if http else pf.get(PKT_DATA)  # HTTP: pkt_data is the body, scanned below
         if p is not None and len(data) > st.pdu_scanned:
             start = max(0, st.pdu_scanned - p.overlap)
             self._hs(p, data[start:], st.cand_pdu)
@@ -277,11 +282,16 @@ class BuiltinEngine:
                         self._hs(p, buf, st.cand_msg)
         if len(d.body) > st.body_scanned:
             body = bytes(d.body)
-            for name in BODY_BUFFERS:
+            for name in (*BODY_BUFFERS, PKT_DATA) if http else BODY_BUFFERS:
                 p = pf.get(name)
-                if p is not None and self._buffer(d, pkt, True, name, None) is not None:
+                buf = None if p is None else self._buffer(d, pkt, True, name, None)
+                if p is None or buf is None:
+                    continue
+                if buf is not body and len(buf) != len(body):  # decoded: scanned whole
+                    self._hs(p, buf, st.cand_msg)
+                else:
                     start = max(0, st.body_scanned - p.overlap)
-                    self._hs(p, body[start:], st.cand_msg)
+                    self._hs(p, buf[start:], st.cand_msg)
             st.body_scanned = len(body)
 
     def _hs(self, p: _Prefilter, data: bytes, out: set[int]) -> None:
@@ -299,6 +309,8 @@ class BuiltinEngine:
         self, d: Direction, pkt: Packet, new_data: bool, name: str, fld: str | None
     ) -> bytes | None:
         if name == PKT_DATA:
+            if _http_mode(d):  # Snort 3: an HTTP flow's raw data is its message bodies
+                return bytes(d.body) if new_data and d.body else None
             if pkt.proto == PROTO_TCP:
                 return bytes(d.pdu) if new_data else pkt.payload
             return pkt.payload
@@ -312,7 +324,7 @@ class BuiltinEngine:
         if name in HTTP_RESPONSE_BUFFERS and msg.request:
             return None
         if name == "http_client_body":
-            return bytes(d.body)
+            return percent_decode(bytes(d.body))
         if name == "http_uri":
             return msg.norm_uri
         if name == "http_raw_uri":
@@ -322,8 +334,10 @@ class BuiltinEngine:
         if name in ("http_header", "http_raw_header"):
             if fld is not None:
                 return msg.header(fld.encode())
-            return msg.raw_header
-        if name in ("http_cookie", "http_raw_cookie"):
+            return msg.norm_header if name == "http_header" else msg.raw_header
+        if name == "http_cookie":
+            return percent_decode(msg.cookie) or None
+        if name == "http_raw_cookie":
             return msg.cookie or None
         if name == "http_stat_code":
             return msg.status_code
@@ -410,12 +424,14 @@ class BuiltinEngine:
             return cached
         header = rule.header
         ok = True
-        if isinstance(header, Header) and not header.is_any:
+        by_service = bool(rule.services) and any(
+            SERVICE_CLASS.get(x) == flow.flow_class for x in rule.services
+        )
+        if rule.services and not by_service and flow.flow_class in IDENTIFIED_SERVICES:
+            ok = False  # Snort 3: a flow of a known service runs only that service's rules
+        elif isinstance(header, Header) and not header.is_any:
             src, dst = (flow.client, flow.server) if to_server else (flow.server, flow.client)
             sport, dport = pkt.sport, pkt.dport
-            by_service = bool(rule.services) and any(
-                SERVICE_CLASS.get(x) == flow.flow_class for x in rule.services
-            )
             ok = header.matches(src, sport, dst, dport, not by_service) or (
                 header.bidirectional and header.matches(dst, dport, src, sport, not by_service)
             )
@@ -433,6 +449,11 @@ class BuiltinEngine:
         if len(self._df) > 100_000:
             self._df.clear()
         return len(times) > df.count
+
+
+def _http_mode(d: Direction) -> bool:
+    """The direction carries parsed HTTP (not a stream the parser gave up on)."""
+    return d.http is not None and not d.http.broken
 
 
 def _proto_name(proto: int) -> str:

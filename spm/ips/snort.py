@@ -34,6 +34,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import select
 import shutil
 import signal
@@ -58,6 +59,7 @@ ALERT_FIELDS = (
     "timestamp seconds proto src_addr src_port dst_addr dst_port gid sid rev msg class priority "
     "action"
 )
+EVENTS_PER_PACKET = 64  # alerts Snort logs for one packet (its default: 3 of 8 queued)
 READY_TIMEOUT = 120.0  # seconds Snort may take to load its rules and bind its queues
 _PROTO_NUMBERS = {"TCP": 6, "UDP": 17, "ICMP": 1, "IP": 0}
 
@@ -98,6 +100,8 @@ def snort_lua(cfg: SpmConfig, log_dir: Path) -> str:
         "stream_icmp = { }",
         "normalizer = { tcp = { ips = true } }",
         "http_inspect = { }",
+        # every rule that matches a packet is logged (Snort's default logs 3 per packet)
+        f"event_queue = {{ max_queue = {EVENTS_PER_PACKET}, log = {EVENTS_PER_PACKET} }}",
         "wizard = default_wizard",
         "binder = {",
         "  { when = { service = 'http' }, use = { type = 'http_inspect' } },",
@@ -138,12 +142,22 @@ def snort_pcap_command(binary: str, lua: Path, log_dir: Path, pcap: Path) -> lis
     """Snort 3 reading a capture file with `lua`; alerts to `log_dir`. Inline, as the SPM runs
     it (`-Q` over the DAQ's dump wrapper, which sends nothing: `output=none`): TCP data is
     inspected when it arrives, not when it is acknowledged as in tap mode, so alerts carry the
-    same packet and time as the built-in engine's. Checksums are not verified (`-k none`:
+    same packet and time as the built-in engine's. Not quiet: its closing statistics carry
+    its packet-processing time (`snort_processing_seconds`). Checksums are not verified (`-k none`:
     captures taken on the sending host carry offloaded, wrong ones; the built-in engine does
     not check them either)."""
     argv = [binary, "-c", str(lua), "-r", str(pcap), "-Q", "--daq", "dump"]
-    argv += ["--daq-var", "output=none", "-l", str(log_dir), "-A", "alert_json", "-k", "none", "-q"]
+    argv += ["--daq-var", "output=none", "-l", str(log_dir), "-A", "alert_json", "-k", "none"]
     return argv + prefix_args(binary)
+
+
+_TIMING = re.compile(r"^timing\s*$(?:\n.*?)*?^\s*seconds:\s*([0-9.]+)\s*$", re.M)
+
+
+def snort_processing_seconds(output: str) -> float | None:
+    """The packet-processing time in Snort's closing statistics (`timing` / `seconds:`)."""
+    m = _TIMING.search(output)
+    return float(m.group(1)) if m else None
 
 
 def prefix_args(binary: str) -> list[str]:

@@ -206,7 +206,9 @@ def test_flows_time_out_on_capture_time(tmp_path: Path) -> None:
 
 def test_configuration_supplies_rules_variables_and_name(tmp_path: Path) -> None:
     rules = tmp_path / "home.rules"
-    rules.write_text('alert tcp $HOME_NET any -> any 80 (msg:"home"; content:"evil"; sid:7;)\n')
+    rules.write_text(
+        'alert tcp $HOME_NET any -> any 80 (msg:"home"; http_uri; content:"evil"; sid:7;)\n'
+    )
     config = tmp_path / "spm.yaml"
     config.write_text(
         f"name: edge1\ninterface: eth0\ntags: [1]\n"

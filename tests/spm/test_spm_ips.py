@@ -64,7 +64,7 @@ def test_block_rule_drops_the_packet_and_the_rest_of_the_flow() -> None:
     w = _worker(
         [
             'block tcp any any -> any 80 (msg:"x"; flow:to_server,established; '
-            'content:"evil"; sid:7;)'
+            'http_uri; content:"evil"; sid:7;)'
         ]
     )
     conv = TcpConversation()
