@@ -10,9 +10,11 @@ Anything that does not parse turns the parser "broken": it emits one ERROR event
 the rest of the stream (the IPS still sees it as raw stream data).
 
 Not supported: HTTP/2 and HTTP/3; Content-Encoding (gzip bodies are handed on compressed: ClamAV
-unpacks gzip itself, the IPS sees compressed file_data); multipart bodies are not split; the URI
-normalization is percent-decoding plus path clean-up (/./, /../, //), not Snort's full set
-(no %u, no UTF-8 overlong decoding, no IIS backslashes).
+unpacks gzip itself, the IPS sees compressed file_data); multipart bodies are not split. The URI
+normalization follows Snort 3's http_inspect defaults as far as the differential test
+(tests/spm/test_snort_differential.py) has pinned them: double percent-decoding, '+' to space,
+backslash to slash, path clean-up (/./, /../, //); not %u, UTF-8 overlong or IIS Unicode
+decoding.
 """
 
 from __future__ import annotations
