@@ -4,8 +4,9 @@ selected target: without deep inspection, inspected by an SPM, and offloaded aft
     sudo .venv/bin/python -m bench.bench_gateway [--seconds 5]
 
 Needs root (Mininet). "Without inspection" runs the example policy with no chain on any class;
-"inspected" the example policy as it is; "bypass" the same with the SPMs asking the controller to
-offload flows of the service class "other" (iperf3's) after 1 MiB of clean bytes.
+"inspected" the example policy as it is, with the SPMs' built-in engine and, where Snort 3 is
+installed, with Snort inline; "bypass" the same (built-in engine) with the SPMs asking the
+controller to offload flows of the service class "other" (iperf3's) after 1 MiB of clean bytes.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import Any
 import yaml
 
 from opengate.target import repo_root, select_target
-from topo.model import load_topology
+from spm.replay import find_snort_binary
+from topo.model import ENGINE_ENV, load_topology
 from topo.net import GatewayNetwork
 
 OUT1 = "198.51.100.20"
@@ -71,11 +73,14 @@ def main(argv: list[str] | None = None) -> int:
             dataclasses.replace(spec, policy=policy_without_inspection(spec.policy, run_dir)),
             None,
         ),
-        ("inspected by an SPM", spec, None),
+        ("inspected by an SPM, built-in engine", spec, None),
         ("bypass after 1 MiB", spec, {"classes": ["other"], "after_bytes": 1 << 20}),
     ]
+    if find_snort_binary() is not None:
+        scenarios.insert(2, ("inspected by an SPM, Snort 3 inline", spec, None))
     rows = []
     for name, scenario_spec, bypass in scenarios:
+        os.environ[ENGINE_ENV] = "snort" if "Snort" in name else "builtin"
         with GatewayNetwork(scenario_spec, run_dir, target=choice, spm_bypass=bypass) as network:
             rows.append((name, measure(network, args.seconds)))
     print(
