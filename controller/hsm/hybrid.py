@@ -47,6 +47,8 @@ LOG = logging.getLogger(__name__)
 # The first spill tried, as a share of a rule set (at least MIN_FIRST_SPILL rules).
 FIRST_SPILL_SHARE = 0.01
 MIN_FIRST_SPILL = 8
+# A prefix this short or shorter is "wide" (ClassBench's W): rules wide in both addresses go first.
+WIDE_PREFIX = 8
 # Seconds the search for the smallest spill may take once a spill that fits is known.
 SHRINK_SECONDS = 20.0
 
@@ -277,13 +279,28 @@ def _ranked(terms: Sequence[MatchTerm]) -> list[int]:
         return []
     covers = [_prefix_covers(terms, 0), _prefix_covers(terms, 1)]
     covers += [_range_covers(terms, 2), _range_covers(terms, 3)]
-    score: dict[int, int] = {}
+    score: dict[int, tuple[bool, int]] = {}
     for i, term in enumerate(terms):
         value = 1
         for field_covers in covers:
             value *= field_covers[i]
-        score[term.rule_id] = max(score.get(term.rule_id, 0), value)
-    return sorted(score, key=lambda rule: (-score[rule], rule))
+        key = (_wide_both(term), value)
+        score[term.rule_id] = max(score.get(term.rule_id, (False, 0)), key)
+    return sorted(score, key=lambda rule: (not score[rule][0], -score[rule][1], rule))
+
+
+def _wide_both(term: MatchTerm) -> bool:
+    """Wide (a /1 to /8) in both addresses: such a rule meets most classes of both sides of the
+    address-pair cross product (a rule that is any/any is not: index 0 stands for it)."""
+
+    def wide(f: int) -> bool:
+        lengths = [p.length for p in term.fields[f]]  # type: ignore[union-attr]
+        return min(lengths) <= WIDE_PREFIX
+
+    def anything(f: int) -> bool:
+        return all(p.length == 0 for p in term.fields[f])  # type: ignore[union-attr]
+
+    return wide(0) and wide(1) and not (anything(0) and anything(1))
 
 
 def _prefix_covers(terms: Sequence[MatchTerm], f: int) -> list[int]:
