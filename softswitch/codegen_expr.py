@@ -215,6 +215,10 @@ class ExprCodegen(CodegenBase):
             a, b = sub(left), sub(right)
             if a.kind == "b" and b.kind == "b":
                 return E(f"({a.code} if {c} else {b.code})", "b")
+            if a.kind == "h" and b.kind == "h":  # a header chosen at run time (its id)
+                if a.htype != b.htype:
+                    raise LoadError(f"{where}: '?' between headers of {a.htype} and {b.htype}")
+                return E(f"({a.code} if {c} else {b.code})", "h", htype=a.htype)
             return E(f"({self.data(a, where)} if {c} else {self.data(b, where)})", "d")
         if op == "two_comp_mod":
             return E(f"_tcm({self.data(sub(left), where)}, {self.data(sub(right), where)})", "d")

@@ -6,6 +6,7 @@ the JSON and the P4Info the same names), match fields and action parameters by p
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,8 @@ MATCH_KINDS = {
     p4i.MatchField.RANGE: "range",
     p4i.MatchField.OPTIONAL: "optional",
 }
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -96,6 +99,7 @@ class P4InfoMap:
     packet_in: PacketMetadataInfo | None = None
     packet_out: PacketMetadataInfo | None = None
     actions: dict[int, str] = field(default_factory=dict)  # P4 action id -> name
+    absent_tables: dict[int, str] = field(default_factory=dict)  # in the P4Info, not the JSON
 
 
 def _by_name(items: dict[str, Any], name: str, what: str) -> Any:
@@ -123,6 +127,12 @@ def build_map(p4info: Any, program: Program) -> P4InfoMap:
         m.direct_meters[dm.preamble.id] = dm.direct_table_id
     for t in p4info.tables:
         name = t.preamble.name
+        if name not in program.tables:
+            # p4c keeps a table in the P4Info that its mid-end removed as never applied (dead
+            # code); BMv2 takes such a program. Writes to it are refused by name.
+            LOG.warning("P4Info table %r is not in the BMv2 JSON (removed by the compiler)", name)
+            m.absent_tables[t.preamble.id] = name
+            continue
         table: tb.Table = _by_name(program.tables, name, "table")
         if len(t.match_fields) != len(table.kinds):
             raise LoadError(

@@ -25,6 +25,13 @@ class TableCodec:
     def _table(self, pipe: Pipeline, table_id: int) -> TableInfo:
         info = pipe.map.tables.get(table_id)
         if info is None:
+            absent = pipe.map.absent_tables.get(table_id)
+            if absent is not None:
+                raise P4RTError(
+                    Code.NOT_FOUND,
+                    f"table {absent!r} is in the P4Info but not in the program: the compiler "
+                    "removed it (it is never applied)",
+                )
             raise P4RTError(Code.NOT_FOUND, f"table_id {table_id} is not a table of the P4Info")
         return info
 
@@ -169,8 +176,8 @@ class TableCodec:
         if pinfo is None:
             raise P4RTError(Code.NOT_FOUND, f"action_profile_id {profile_id} unknown")
         for tid in pinfo.table_ids:
-            info = pipe.map.tables[tid]
-            ref = info.actions.get(action.action_id)
+            info = pipe.map.tables.get(tid)
+            ref = None if info is None else info.actions.get(action.action_id)
             if ref is not None:
                 return ref.spec
         raise P4RTError(

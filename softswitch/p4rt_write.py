@@ -265,7 +265,8 @@ class WriteHandlers(TableCodec):
         spec = self._profile_action(pipe, m.action_profile_id, m.action)
         ref_params = None
         for tid in pinfo.table_ids:
-            ref = pipe.map.tables[tid].actions.get(m.action.action_id)
+            info = pipe.map.tables.get(tid)  # None: a table the compiler removed
+            ref = None if info is None else info.actions.get(m.action.action_id)
             if ref is not None:
                 ref_params = ref
                 break

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+import pytest
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Raw, raw
@@ -379,3 +380,19 @@ def test_exit_and_mark_to_drop(make_dataplane: MakeDp) -> None:
     r = run_ops(dp, ops_frame(10))
     assert r["r8"] == 1 and r["op"] == 10  # exit skipped the final assignment
     assert dp.process(1, ops_frame(11)) == []
+
+
+@pytest.mark.parametrize(
+    ("first_a", "chosen"),
+    [(2, "second"), (3, "second"), (4, "first"), (255, "first")],
+)
+def test_a_header_assigned_from_a_conditional_over_headers(
+    make_dataplane: MakeDp, first_a: int, chosen: str
+) -> None:
+    """`hdr.result = (hdr.first.a <= 3) ? hdr.second : hdr.first;` (headermux.p4): BMv2's JSON
+    has an assign_header whose source is a `?` expression over two headers."""
+    dp = make_dataplane("headermux")
+    first, second = bytes([first_a, 0x11]), bytes([7, 0x22])
+    [(port, out)] = dp.process(1, first + second + b"\x00\x00")
+    assert port == 2
+    assert out == first + second + (second if chosen == "second" else first)

@@ -483,3 +483,24 @@ def test_group_weights_must_be_positive_and_fit_the_group_size(client: Client) -
     with pytest.raises(grpc.RpcError) as err:
         client.write(p4r.Update(type=p4r.Update.MODIFY, entity=p4r.Entity(action_profile_group=g)))
     assert write_errors(err.value)[0].canonical_code == rpc_code.INVALID_ARGUMENT
+
+
+def test_a_table_the_compiler_removed_is_accepted_and_writes_to_it_refused(
+    client: Client, switch_server: tuple[Switch, P4RuntimeServer, list[tuple[int, bytes]]]
+) -> None:
+    """headermux.p4's `never_applied` is dead code: p4c keeps it in the P4Info and leaves it out
+    of the BMv2 JSON. BMv2 takes such a program; so does the switch, and it forwards."""
+    sw, _, sent = switch_server
+    info = set_pipeline(client, "headermux")
+    i = ids(info)
+    te = p4r.TableEntry(table_id=i["MuxIngress.never_applied"])
+    fm = te.match.add(field_id=1)
+    fm.exact.value = b"\x01"
+    te.action.action.action_id = i["MuxIngress.mark"]
+    with pytest.raises(grpc.RpcError) as err:
+        client.write(insert(p4r.Entity(table_entry=te)))
+    [detail] = write_errors(err.value)
+    assert detail.canonical_code == rpc_code.NOT_FOUND
+    assert "never_applied" in detail.message and "removed" in detail.message
+    sw.receive(1, bytes([1, 0x11, 2, 0x22, 3, 0x33]))
+    assert sent == [(2, bytes([1, 0x11, 2, 0x22, 2, 0x22]))]
