@@ -210,32 +210,34 @@ def _check(result: Comparison, corpus: Corpus) -> None:
     assert len(result.both) >= 0.85 * len(result.expected), result.summary()  # it fires rules
 
 
+def _snort_and_rules() -> str:
+    snort = _snort()
+    if not COMMUNITY.is_file():
+        pytest.skip(f"{COMMUNITY} is missing (the project's shared reference data)")
+    return snort
+
+
+def _agree(tmp_path: Path, rules: Path, seed: int, snort: str, at_least: int) -> None:
+    corpus = generate(load_ruleset([str(rules)], {}), seed)
+    assert len(corpus.rule_flows) > at_least
+    pcap = tmp_path / "corpus.pcap"
+    corpus.write_pcap(pcap)
+    _check(compare(corpus, pcap, [rules], snort), corpus)
+
+
 @pytest.mark.parametrize("seed", [0, 7])
 def test_engines_agree_on_a_corpus_of_the_enabled_community_rules(
     tmp_path: Path, seed: int
 ) -> None:
-    snort = _snort()
-    if not COMMUNITY.is_file():
-        pytest.skip(f"{COMMUNITY} is missing (the project's shared reference data)")
-    corpus = generate(load_ruleset([str(COMMUNITY)], {}), seed)
-    assert len(corpus.rule_flows) > 500
-    pcap = tmp_path / "corpus.pcap"
-    corpus.write_pcap(pcap)
-    _check(compare(corpus, pcap, [COMMUNITY], snort), corpus)
+    _agree(tmp_path, COMMUNITY, seed, _snort_and_rules(), at_least=500)
 
 
 def test_engines_agree_on_a_corpus_of_all_community_rules(tmp_path: Path) -> None:
-    snort = _snort()
-    if not COMMUNITY.is_file():
-        pytest.skip(f"{COMMUNITY} is missing (the project's shared reference data)")
+    snort = _snort_and_rules()
     rules = tmp_path / "all.rules"
     refused = enable_all(COMMUNITY, rules, snort)
     assert len(refused) < 20, refused  # what Snort itself cannot load (asn1, $AIM_SERVERS)
-    corpus = generate(load_ruleset([str(rules)], {}), seed=3)
-    assert len(corpus.rule_flows) > 2000
-    pcap = tmp_path / "corpus.pcap"
-    corpus.write_pcap(pcap)
-    _check(compare(corpus, pcap, [rules], snort), corpus)
+    _agree(tmp_path, rules, 3, snort, at_least=2000)
 
 
 def test_known_difference_flowbits_race(tmp_path: Path) -> None:
