@@ -339,7 +339,8 @@ def test_snort_pcap_command_and_lua(tmp_path: Path) -> None:
     argv = snort_pcap_command("/nowhere/bin/snort", tmp_path / "s.lua", tmp_path, Path("/c.pcap"))
     assert argv[:5] == ["/nowhere/bin/snort", "-c", str(tmp_path / "s.lua"), "-r", "/c.pcap"]
     joined = " ".join(argv)
-    assert " -A alert_json " in joined and " -k none " in joined
+    assert " -A alert_json " in joined and " -k none" in joined
+    assert "-q" not in argv  # its closing statistics carry the processing time
     assert " -Q --daq dump --daq-var output=none " in joined  # inline, as the daemon's Snort
     assert "nfq" not in joined
 
