@@ -123,7 +123,12 @@ def compile_hybrid(
         for s in sides:
             if counts[s] < sizes[s]:
                 failed[s] = counts[s]
-                start = max(MIN_FIRST_SPILL, math.ceil(sizes[s] * FIRST_SPILL_SHARE))
+                # at least the rules wide in both addresses, and 1 % of the side's rules
+                start = max(
+                    MIN_FIRST_SPILL,
+                    math.ceil(len(ranked[s]) * FIRST_SPILL_SHARE),
+                    sum(1 for t in terms[s] if _wide_both(t)),
+                )
                 counts[s] = min(sizes[s], max(start, 2 * counts[s]))
                 grown = True
         if not grown:
