@@ -39,6 +39,7 @@ from controller.classifier import (
 )
 from controller.classifier import summary as classifier_summary
 from controller.db import Database, DbWriter
+from controller.hsm import schema
 from controller.hsm.compile import CompiledTables, TableOverflow
 from controller.metrics import Metrics
 from controller.npm import NpmAddress, NpmConnection, Pipeline
@@ -771,9 +772,22 @@ class Controller:
                 version = entry.match_dict.get("version")
                 if isinstance(version, Exact):
                     counts[version.value] = counts.get(version.value, 0) + 1
+            stats = compiled.stats if compiled is not None else None
             out[name] = {
                 "active_bank": banks.active,
                 "entries": counts,
-                "stats": dataclasses.asdict(compiled.stats) if compiled is not None else None,
+                "stats": dataclasses.asdict(stats) if stats is not None else None,
+                # what a packet costs and how full each table's bank is
+                "lookups_per_packet": stats.lookups_per_packet if stats else None,
+                "memory_accesses_per_packet": stats.memory_accesses() if stats else None,
+                "fill": (
+                    {
+                        t.table: round(t.entries / (schema.table_capacity(t.table) // 2), 4)
+                        for t in stats.tables
+                        if schema.table_capacity(t.table) > 1
+                    }
+                    if stats
+                    else None
+                ),
             }
         return out

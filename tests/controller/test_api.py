@@ -252,3 +252,20 @@ def test_cli_client_commands(
     assert "422" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="cannot read the API token"):
         _cli(["status", "--api", str(client.base_url), "--token-file", str(tmp_path / "none")])
+
+
+def test_hsm_view_reports_cost_per_packet_and_table_fill(
+    served: tuple[Controller, httpx.Client],
+) -> None:
+    controller, client = served
+    view = client.get("/api/v1/hsm").json()  # NPM name -> its classifier
+    assert set(view) == set(controller.states)
+    [npm] = view.values()
+    stats = npm["stats"]
+    assert stats is not None and stats["profile"] in ("hsm", "hybrid", "naive")
+    assert npm["lookups_per_packet"] >= 2 and npm["memory_accesses_per_packet"] >= 2
+    fill = npm["fill"]
+    for table in stats["tables"]:
+        share = fill[table["table"]]
+        assert 0 <= share <= 1
+        assert share == round(table["entries"] / (pc.TABLE_SIZES[table["table"]] // 2), 4)
