@@ -1,9 +1,9 @@
 """Match-action tables, their lookup structures, and action profiles / selectors.
 
 Lookup structures are chosen per table at load time: a dict for exact tables, one dict per prefix
-length for LPM, tuple-space search (one dict per distinct mask) for ternary/optional/mixed keys
-with range checks inside a bucket, and an elementary-interval index for single-field range
-tables. Priorities are P4Runtime's: a larger number wins.
+length for LPM, tuple-space search (one dict per distinct mask, pruned on one field) for
+ternary/optional/mixed keys with range checks inside a bucket, and an elementary-interval index
+for single-field range tables. Priorities are P4Runtime's: a larger number wins.
 """
 
 from __future__ import annotations
@@ -324,12 +324,19 @@ def _full(width: int) -> int:
 
 
 class _Bucketed:
-    __slots__ = ("buckets", "masks", "maxprio")
+    __slots__ = ("buckets", "masks", "maxprio", "pruned")
 
     def __init__(self, masks: tuple[int, ...]) -> None:
         self.masks = masks
         self.buckets: dict[tuple[int, ...], _Bucket] = {}
         self.maxprio = -1
+        self.pruned: dict[int, int] = {}  # pruning field's masked value -> buckets with it
+
+
+# Tuple pruning (Srinivasan et al.): with this many groups or more, a lookup first asks which
+# groups hold the key's value in one ternary/LPM field, and probes only those. A miss then costs
+# one probe per distinct mask of that field, not one per group.
+PRUNE_GROUPS = 8
 
 
 class TernaryIndex(Index):
@@ -341,6 +348,9 @@ class TernaryIndex(Index):
         self.widths = widths
         self.groups: dict[tuple[int, ...], _Bucketed] = {}
         self.order: list[_Bucketed] = []
+        # the pruning field: the first ternary or LPM one (-1: none); its mask -> value -> groups
+        self.prune_at = next((i for i, k in enumerate(kinds) if k in ("ternary", "lpm")), -1)
+        self.pruning: dict[int, dict[int, list[_Bucketed]]] = {}
 
     def _masks_and_value(self, entry: Entry) -> tuple[tuple[int, ...], tuple[int, ...]]:
         masks: list[int] = []
@@ -379,6 +389,7 @@ class TernaryIndex(Index):
         bucket = group.buckets.get(values)
         if bucket is None:
             bucket = group.buckets[values] = _Bucket()
+            self._prune_add(group, values)
         bucket.append(entry)
         bucket.sort(key=lambda e: -e.priority)
         bucket.iv = None
@@ -397,6 +408,7 @@ class TernaryIndex(Index):
         bucket.iv = None
         if not bucket:
             del group.buckets[values]
+            self._prune_remove(group, values)
         if not group.buckets:
             del self.groups[masks]
         else:
@@ -406,6 +418,48 @@ class TernaryIndex(Index):
     def clear(self) -> None:
         self.groups.clear()
         self.order = []
+        self.pruning = {}
+
+    def _prune_add(self, group: _Bucketed, values: tuple[int, ...]) -> None:
+        at = self.prune_at
+        if at < 0:
+            return
+        value = values[at]
+        count = group.pruned.get(value, 0)
+        group.pruned[value] = count + 1
+        if count == 0:
+            self.pruning.setdefault(group.masks[at], {}).setdefault(value, []).append(group)
+
+    def _prune_remove(self, group: _Bucketed, values: tuple[int, ...]) -> None:
+        at = self.prune_at
+        if at < 0:
+            return
+        value = values[at]
+        count = group.pruned[value] - 1
+        if count:
+            group.pruned[value] = count
+            return
+        del group.pruned[value]
+        by_value = self.pruning[group.masks[at]]
+        holders = [g for g in by_value[value] if g is not group]
+        if holders:
+            by_value[value] = holders
+        else:
+            del by_value[value]
+            if not by_value:
+                del self.pruning[group.masks[at]]
+
+    def _candidates(self, key: Any) -> list[_Bucketed]:
+        """The groups that can match `key` in the pruning field, by decreasing best priority."""
+        k = key[self.prune_at]
+        out: list[_Bucketed] = []
+        for mask, by_value in self.pruning.items():
+            holders = by_value.get(k & mask)
+            if holders:
+                out.extend(holders)
+        if len(out) > 1:
+            out.sort(key=_best_first)
+        return out
 
     @staticmethod
     def _interval_index(bucket: _Bucket) -> Any:
@@ -422,7 +476,10 @@ class TernaryIndex(Index):
         best: Entry | None = None
         best_prio = -(1 << 62)
         and_ = operator.and_
-        for group in self.order:
+        order = self.order
+        if len(order) >= PRUNE_GROUPS and self.prune_at >= 0:
+            order = self._candidates(key)
+        for group in order:
             if group.maxprio <= best_prio:
                 break
             bucket = group.buckets.get(tuple(map(and_, key, group.masks)))
@@ -451,6 +508,10 @@ class TernaryIndex(Index):
                     best_prio = e.priority
                     break
         return best
+
+
+def _best_first(group: _Bucketed) -> int:
+    return -group.maxprio
 
 
 def paint_intervals(entries: list[Entry], pos: int) -> tuple[list[int], list[Entry | None]]:

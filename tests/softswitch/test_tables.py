@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from softswitch.tables import Entry, RangeIndex, TernaryIndex
+from softswitch.tables import PRUNE_GROUPS, Entry, RangeIndex, TernaryIndex
 
 
 def brute(entries: list[Entry], kinds: list[str], key: tuple[int, ...]) -> Entry | None:
@@ -77,3 +77,40 @@ def test_single_range_index_matches_brute_force() -> None:
         index.add(e)
     for k in range(1001):
         assert index.lookup((k,)) is brute(entries, ["range"], (k,))
+
+
+def test_many_mask_groups_pruned_on_one_field_match_brute_force() -> None:
+    """Enough groups for tuple pruning (on the first ternary field); entries removed and added
+    again in between; keys near the entries' values and random ones."""
+    rng = random.Random(6)
+    kinds = ["exact", "ternary", "ternary", "range"]
+    index = TernaryIndex(kinds, [1, 16, 16, 16])
+    masks = [0, 0xFF00, 0xFFF0, 0xFFFF, 0xF000]
+    entries = []
+    for prio in range(1, 400):
+        m1, m2 = rng.choice(masks), rng.choice(masks)
+        lo = rng.randrange(65536)
+        key = (
+            rng.randrange(2),
+            (rng.randrange(65536) & m1, m1),
+            (rng.randrange(65536) & m2, m2),
+            (lo, min(65535, lo + rng.randrange(20000))),
+        )
+        entries.append(make_entry(key, prio, kinds))
+    for e in entries:
+        index.add(e)
+    assert len(index.groups) >= PRUNE_GROUPS
+    for victim in entries[::5]:
+        index.remove(victim)
+    for again in entries[::10]:
+        index.add(again)
+    live = [e for i, e in enumerate(entries) if i % 5 or i % 10 == 0]
+    for _ in range(3000):
+        near = rng.choice(entries).key
+        key = (
+            rng.randrange(2),
+            near[1][0] | rng.randrange(16) if rng.random() < 0.7 else rng.randrange(65536),
+            near[2][0] | rng.randrange(16) if rng.random() < 0.7 else rng.randrange(65536),
+            rng.randrange(65536),
+        )
+        assert index.lookup(key) is brute(live, kinds, key)
