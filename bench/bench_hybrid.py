@@ -10,26 +10,32 @@ session-opening packets drawn inside the rules (each classified, permitted, repo
 and routed out), `Dataplane.process` in a loop. Every packet is checked to leave on the outside
 port first.
 
-    .venv/bin/python -m bench.bench_hybrid [--seconds S] [--sizes 100,1000,0]
+    .venv/bin/python -m bench.bench_hybrid [--seconds S] [--sizes 100,1000,0] [--no-e2e]
 
-(0: the whole set.) About two minutes on two cores, most of it compiling and installing the
-10k set. BMv2 is not measured here (its naive profile is a linear scan as well).
+(0: the whole set.) As root, also through veths on the software switch and on BMv2 (when
+simple_switch_grpc is on PATH), `bench_softswitch`'s method: a paced load from the inside peer,
+the highest rate the switch keeps up with. About two minutes in process, fifteen with veths.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from finsy.proto import p4r
 
 from bench.bench_softswitch import (
+    PAIRS,
+    TRIAL_SECONDS,
     WRITE_BATCH,
     base_entries,
     check_routed,
     engine_rate,
+    highest_rate,
     machine,
     miss_frames,
 )
@@ -38,17 +44,27 @@ from controller.hsm.rules import AclRule, parse_classbench
 from controller.hsm.tables import compile_tables
 from opengate import p4constants as pc
 from opengate.entries import TableEntry
+from opengate.netutil import require_root, veth_pairs
 from opengate.p4info import P4Schema
 from opengate.p4rt import P4RuntimeClient
-from opengate.target import p4_build_dir, shared_data_dir
+from opengate.switch import running_switch
+from opengate.target import (
+    BMV2_BINARY,
+    TargetChoice,
+    TargetError,
+    p4_build_dir,
+    repo_root,
+    select_target,
+    shared_data_dir,
+)
+from opengate.testbed import INSIDE, OUTSIDE
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.switch import Switch
 
 CLASSBENCH = "classbench/acl1_10k"
 
 
-def rate(build: Path, entries: list[TableEntry], frames: list[bytes], seconds: float) -> float:
-    """Install `build` and `entries` on a fresh software switch; packets/s of `frames`."""
+def _updates(build: Path, entries: list[TableEntry]) -> tuple[P4Schema, list[p4r.Update]]:
     schema = P4Schema.load(build / "opengate.p4info.txtpb")
     updates = []
     for entry in [*base_entries(), *entries]:
@@ -56,6 +72,12 @@ def rate(build: Path, entries: list[TableEntry], frames: list[bytes], seconds: f
         updates.append(
             p4r.Update(type=kind, entity=p4r.Entity(table_entry=schema.encode_entry(entry)))
         )
+    return schema, updates
+
+
+def rate(build: Path, entries: list[TableEntry], frames: list[bytes], seconds: float) -> float:
+    """Install `build` and `entries` on a fresh software switch; packets/s of `frames`."""
+    schema, updates = _updates(build, entries)
     switch = Switch(device_id=1, cpu_port=pc.CPU_PORT)
     server = P4RuntimeServer(switch, "127.0.0.1:0")
     server.start()
@@ -72,48 +94,110 @@ def rate(build: Path, entries: list[TableEntry], frames: list[bytes], seconds: f
         server.stop()
 
 
-def measure(rules: list[AclRule], seconds: float) -> tuple[str, float, float, float]:
+def veth_rate(
+    choice: TargetChoice, build: Path, entries: list[TableEntry], frames: list[bytes]
+) -> float | None:
+    """Through veths (bench_softswitch's method): the highest rate the switch keeps up with."""
+    schema, updates = _updates(build, entries)
+    log = repo_root() / "run" / "bench" / f"hybrid-{choice.target.value}.log"
+    with (
+        veth_pairs(PAIRS),
+        running_switch({INSIDE: PAIRS[0][0], OUTSIDE: PAIRS[1][0]}, log, choice) as sw,
+        P4RuntimeClient(sw.grpc_address, 1, 10).connect() as client,
+    ):
+        client.set_pipeline(schema.p4info, (build / "opengate.json").read_bytes())
+        for i in range(0, len(updates), WRITE_BATCH):
+            client.write(updates[i : i + WRITE_BATCH])
+        good, _bad = highest_rate(frames)
+        return good.received / TRIAL_SECONDS if good is not None else None
+
+
+@dataclass
+class Measured:
+    rules: int
+    how: str
+    compile_seconds: float
+    pps: dict[str, tuple[float | None, float | None]]  # where -> (default build, naive profile)
+
+
+def measure(rules: list[AclRule], seconds: float, targets: list[TargetChoice]) -> Measured:
     frames = miss_frames(rules, 1000)
     started = time.perf_counter()
     hybrid = compile_tables(rules, [], fallback=False)
     compile_seconds = time.perf_counter() - started
-    how = f"hybrid, {hybrid.stats.acl_spilled} spilled" if hybrid.stats.acl_spilled else "HSM alone"
-    main_build = p4_build_dir()
-    hybrid_pps = rate(main_build, list(hybrid.entries), frames, seconds)
-    naive = compile_naive(rules, [])
-    naive_pps = rate(main_build / "naive_acl", list(naive.entries), frames, seconds)
-    return how, compile_seconds, hybrid_pps, naive_pps
+    spilled = hybrid.stats.acl_spilled
+    how = f"hybrid, {spilled} spilled" if spilled else "HSM alone"
+    default_build, naive_build = p4_build_dir(), p4_build_dir() / "naive_acl"
+    hybrid_entries = list(hybrid.entries)
+    naive_entries = list(compile_naive(rules, []).entries)
+    pps: dict[str, tuple[float | None, float | None]] = {
+        "software switch, in process": (
+            rate(default_build, hybrid_entries, frames, seconds),
+            rate(naive_build, naive_entries, frames, seconds),
+        )
+    }
+    for choice in targets:
+        pps[f"{choice.target.value}, through veths"] = (
+            veth_rate(choice, default_build, hybrid_entries, frames),
+            veth_rate(choice, naive_build, naive_entries, frames),
+        )
+    return Measured(len(rules), how, compile_seconds, pps)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="each measurement")
     parser.add_argument("--sizes", default="100,1000,0", help="rule counts (0: all)")
+    parser.add_argument("--no-e2e", action="store_true", help="in process only")
     args = parser.parse_args(argv)
     path = shared_data_dir() / CLASSBENCH
     if not path.is_file():
         print(f"bench_hybrid: skipped, {path} is missing\n")
         return 0
+    targets: list[TargetChoice] = []
+    notes = []
+    if not args.no_e2e:
+        reason = require_root("through veths")
+        if reason:
+            notes.append(f"through veths: skipped ({reason})")
+        else:
+            targets.append(select_target({**os.environ, "TARGET": "soft"}))
+            try:
+                targets.append(select_target({**os.environ, "TARGET": "bmv2"}))
+            except TargetError:
+                notes.append(f"BMv2: skipped ({BMV2_BINARY} not on PATH)")
     everything = parse_classbench(path)
-    rows = []
-    for size in (int(s) for s in args.sizes.split(",")):
-        rules = everything[:size] if size else everything
-        rows.append((len(rules), *measure(rules, args.seconds)))
+    rows = [
+        measure(everything[:size] if size else everything, args.seconds, targets)
+        for size in (int(s) for s in args.sizes.split(","))
+    ]
     print(f"Machine: {machine()}  ")
     command = " ".join([".venv/bin/python -m bench.bench_hybrid", *(argv or sys.argv[1:])])
-    print(f"Command: `{command}`; software switch in process, HSM-miss path, {CLASSBENCH}\n")
-    print("| rules | default build | compile | packets/s | naive profile packets/s | ratio |")
-    print("|---:|---|---:|---:|---:|---:|")
-    for count, how, seconds, hybrid_pps, naive_pps in rows:
-        print(
-            f"| {count:,} | {how} | {seconds:.1f} s | {hybrid_pps:,.0f} | {naive_pps:,.0f} | "
-            f"{hybrid_pps / naive_pps:.2f}x |"
-        )
-    first, last = rows[0][3], rows[-1][3]
-    print(
-        f"\nDefault build at {rows[-1][0]:,} rules: {last / first:.2f}x its rate at {rows[0][0]:,}."
-    )
+    print(f"Command: `{command}`; HSM-miss path, {CLASSBENCH}, packets/s\n")
+    print("| where | rules | default build | compile | default build | naive profile | ratio |")
+    print("|---|---:|---|---:|---:|---:|---:|")
+    for where in rows[0].pps:
+        for m in rows:
+            hybrid_pps, naive_pps = m.pps[where]
+            ratio = f"{hybrid_pps / naive_pps:.2f}x" if hybrid_pps and naive_pps else "-"
+            print(
+                f"| {where} | {m.rules:,} | {m.how} | {m.compile_seconds:.1f} s | "
+                f"{_num(hybrid_pps)} | {_num(naive_pps)} | {ratio} |"
+            )
+        first, last = rows[0].pps[where][0], rows[-1].pps[where][0]
+        if first and last:
+            notes.append(
+                f"{where}: the default build at {rows[-1].rules:,} rules keeps "
+                f"{last / first:.2f}x its rate at {rows[0].rules:,}"
+            )
+    print()
+    for note in notes:
+        print(f"- {note}")
     return 0
+
+
+def _num(value: float | None) -> str:
+    return f"{value:,.0f}" if value is not None else "-"
 
 
 if __name__ == "__main__":
