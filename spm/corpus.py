@@ -37,7 +37,7 @@ from typing import Any
 
 from spm.community_id import community_id_str
 from spm.eve import EveLog
-from spm.http import is_http_start
+from spm.http import TOKEN, is_http_start
 from spm.ips.engine import RuleSet
 from spm.ips.header import Header, IntervalSet
 from spm.ips.option_types import (
@@ -468,6 +468,9 @@ def _percent(text: bytes, safe: frozenset[int] = _URI_SAFE) -> bytes:
     return b"".join(bytes([b]) if b in safe else b"%%%02X" % b for b in text)
 
 
+_HEADER_NAME = re.compile(TOKEN + rb"+:")
+
+
 def _header_lines(blob: bytes) -> bytes:
     """Header lines around `blob` (what a rule wants in http_header): each line that is not
     `Name: value` gets a name; a line keeps the end it has in `blob` (a bare LF stays bare),
@@ -477,7 +480,7 @@ def _header_lines(blob: bytes) -> bytes:
     for line, end in zip(pieces[0::2], [*pieces[1::2], b"\r\n"], strict=True):
         if not line:
             continue
-        named = re.match(rb"^[!#$%&'*+.^_`|~0-9A-Za-z-]+:", line) is not None
+        named = _HEADER_NAME.match(line) is not None
         out.append((line if named else b"X-Corpus: " + line) + end)
     return b"".join(out)
 

@@ -38,11 +38,11 @@ _METHODS = frozenset(
 # word ("GETPROPERTIES"); the others (OPTIONS, PUT, ...) only in a whole `M * HTTP/` start line
 _WIZARD_METHODS = tuple(_METHODS - {b"NOTIFY", b"OPTIONS", b"SUBSCRIBE", b"UPDATE", b"PUT"})
 _LONGEST_METHOD = max(map(len, _METHODS))
-_TOKEN_START = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,80}([ \t]|$)")  # Snort: 80 at most
-_ANY_REQUEST_START = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32} \S+ HTTP/")
-_REQUEST_LINE = re.compile(
-    rb"([!#$%&'*+.^_`|~0-9A-Za-z-]{1,80})[ \t]+(\S{1,65536})[ \t]+(HTTP/\d\.\d)\r?$"
-)
+TOKEN = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]"  # a character of an RFC 9110 token (methods, names)
+_METHOD = TOKEN + rb"{1,80}"  # Snort's http_inspect takes a method of 80 characters at most
+_TOKEN_START = re.compile(_METHOD + rb"([ \t]|$)")
+_ANY_REQUEST_START = re.compile(_METHOD + rb" \S+ HTTP/")
+_REQUEST_LINE = re.compile(rb"(" + _METHOD + rb")[ \t]+(\S{1,65536})[ \t]+(HTTP/\d\.\d)\r?$")
 _STATUS_LINE = re.compile(rb"(HTTP/\d\.\d) +(\d{3})(?: +(.*))?\r?$")
 _PCT = re.compile(rb"%([0-9A-Fa-f]{2})")
 _ABSOLUTE = re.compile(rb"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
@@ -53,8 +53,9 @@ def is_http_start(data: bytes) -> bool:
     with a target and a version; a response's `HTTP/`)."""
     if data.startswith(b"HTTP/"):
         return True
-    head = data[:_LONGEST_METHOD].upper()
-    return any(head.startswith(m) for m in _WIZARD_METHODS) or bool(_ANY_REQUEST_START.match(data))
+    return data[:_LONGEST_METHOD].upper().startswith(_WIZARD_METHODS) or bool(
+        _ANY_REQUEST_START.match(data)
+    )
 
 
 class Ev(Enum):
