@@ -232,11 +232,12 @@ class BuiltinEngine:
             fs = flow.ips["engine"] = _FlowState()
         st = fs.dirs[0 if to_server else 1]
         cands: set[int] = set()
+        # one fetch (and decoding) per buffer and event, for the prefilters and the rules alike
+        bufs = Buffers(lambda name, fld: self._buffer(d, pkt, new_data, name, fld))
         if new_data:
-            self._scan(d, pkt, st)
+            self._scan(d, pkt, st, bufs)
             cands = st.cand_pdu | st.cand_msg
             cands -= st.fired
-        bufs = Buffers(lambda name, fld: self._buffer(d, pkt, new_data, name, fld))
         matches: list[RuleMatch] = []
         rules = self.rs.rules
         self.counters.candidates += len(cands)
@@ -254,19 +255,19 @@ class BuiltinEngine:
                         self._try(rule, flow, fs, st, pkt, to_server, bufs, matches)
         return matches
 
-    def _scan(self, d: Direction, pkt: Packet, st: _DirState) -> None:
+    def _scan(self, d: Direction, pkt: Packet, st: _DirState, bufs: Buffers) -> None:
         pf = self.rs.prefilters
         if d.pdu_gen != st.pdu_gen:
             st.pdu_gen, st.pdu_scanned = d.pdu_gen, 0
             st.cand_pdu = set()
             st.fired = set()
         http = _http_mode(d)
-        data = bytes(d.pdu) if pkt.proto == PROTO_TCP else pkt.payload
+        size = len(d.pdu) if pkt.proto == PROTO_TCP else len(pkt.payload)
         p = None if http else pf.get(PKT_DATA)  # HTTP: pkt_data is the body, scanned below
-        if p is not None and len(data) > st.pdu_scanned:
-            start = max(0, st.pdu_scanned - p.overlap)
-            self._hs(p, data[start:], st.cand_pdu)
-        st.pdu_scanned = len(data)
+        if p is not None and size > st.pdu_scanned:
+            data = bufs.get(PKT_DATA, None) or b""
+            self._hs(p, data[max(0, st.pdu_scanned - p.overlap) :], st.cand_pdu)
+        st.pdu_scanned = size
         msg = d.message
         if msg is None:
             return
@@ -276,23 +277,21 @@ class BuiltinEngine:
             st.fired = set()
             for name in MESSAGE_BUFFERS:
                 p = pf.get(name)
-                if p is not None:
-                    buf = self._buffer(d, pkt, True, name, None)
-                    if buf:
-                        self._hs(p, buf, st.cand_msg)
-        if len(d.body) > st.body_scanned:
-            body = bytes(d.body)
+                buf = None if p is None else bufs.get(name, None)
+                if p is not None and buf:
+                    self._hs(p, buf, st.cand_msg)
+        size = len(d.body)
+        if size > st.body_scanned:
             for name in (*BODY_BUFFERS, PKT_DATA) if http else BODY_BUFFERS:
                 p = pf.get(name)
-                buf = None if p is None else self._buffer(d, pkt, True, name, None)
+                buf = None if p is None else bufs.get(name, None)
                 if p is None or buf is None:
                     continue
-                if buf is not body and len(buf) != len(body):  # decoded: scanned whole
+                if len(buf) == size:  # the body as it is: only what came since the last scan
+                    self._hs(p, buf[max(0, st.body_scanned - p.overlap) :], st.cand_msg)
+                else:  # decoded (shorter): scanned whole
                     self._hs(p, buf, st.cand_msg)
-                else:
-                    start = max(0, st.body_scanned - p.overlap)
-                    self._hs(p, buf[start:], st.cand_msg)
-            st.body_scanned = len(body)
+            st.body_scanned = size
 
     def _hs(self, p: _Prefilter, data: bytes, out: set[int]) -> None:
         self.counters.bytes_scanned += len(data)
