@@ -224,6 +224,11 @@ class OpenGateTest(P4RuntimeTest):
             lambda: self.counter(pc.C_DROP_COUNTER, reason)[0] == before + 1,
         )
 
+    def closed_flow(self) -> tuple[int, int, int, int]:
+        """The flow of the next session-close digest: (ipv4_src, l4_sport, ipv4_dst, l4_dport)."""
+        record = self.next_digest(pc.D_SESSION_CLOSE_T)
+        return record["ipv4_src"], record["l4_sport"], record["ipv4_dst"], record["l4_dport"]
+
     # -- classification ------------------------------------------------------------------
 
     def classify_everything(

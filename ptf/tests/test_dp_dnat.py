@@ -156,11 +156,7 @@ class ForwardedWithoutTheController(DataPlaneForwardTest):
         fin = from_server(flags="FA")
         testutils.send_packet(self, INSIDE, bytes(fin))
         testutils.verify_packet(self, routed(from_public_end(fin), OUTSIDE, HOST_OUT_MAC), OUTSIDE)
-        record = self.next_digest(pc.D_SESSION_CLOSE_T)
-        self.assertEqual(
-            (record["ipv4_src"], record["l4_sport"], record["ipv4_dst"], record["l4_dport"]),
-            (ip(HOST_IN), TARGET_PORT, ip(HOST_OUT), 50000),
-        )
+        self.assertEqual(self.closed_flow(), (ip(HOST_IN), TARGET_PORT, ip(HOST_OUT), 50000))
         self.wait_events(pc.FLOW_EVENT_HIT, 3)
         self.assertEqual(self.events(pc.FLOW_EVENT_DNAT_CREATED), 1)
         self.assertEqual(self.events(pc.FLOW_EVENT_DNAT_REPLY), 2)

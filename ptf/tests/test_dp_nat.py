@@ -176,11 +176,7 @@ class MasqueradedWithoutTheController(DataPlaneNatTest):
         testutils.verify_packet(
             self, routed(masqueraded(fin, port), OUTSIDE, HOST_OUT_MAC), OUTSIDE
         )
-        record = self.next_digest(pc.D_SESSION_CLOSE_T)
-        self.assertEqual(
-            (record["ipv4_src"], record["l4_sport"], record["ipv4_dst"], record["l4_dport"]),
-            (ip(HOST_IN), 40000, ip(HOST_OUT), 80),
-        )
+        self.assertEqual(self.closed_flow(), (ip(HOST_IN), 40000, ip(HOST_OUT), 80))
         self.wait_events(pc.FLOW_EVENT_HIT, 3)
         self.assertEqual(self.events(pc.FLOW_EVENT_NAT_CREATED), 1)
         self.assertEqual(self.events(pc.FLOW_EVENT_NAT_REVERSE), 1)
