@@ -41,6 +41,9 @@ from spm.http import TOKEN, is_http_start
 from spm.ips.engine import RuleSet
 from spm.ips.header import Header, IntervalSet
 from spm.ips.option_types import (
+    HTTP_ANY_BUFFERS,
+    HTTP_REQUEST_BUFFERS,
+    HTTP_RESPONSE_BUFFERS,
     PKT_DATA,
     BufferLen,
     ByteJump,
@@ -51,6 +54,7 @@ from spm.ips.option_types import (
     Pcre,
 )
 from spm.ips.snort import prefix_args, snort_env, snort_lua
+from spm.pcap import write_pcap
 from spm.replay import replay, replay_config
 
 # the regex parser's own tree (Python 3.11 names; sre_parse is the deprecated alias)
@@ -59,25 +63,7 @@ sre_p: Any = importlib.import_module("re._parser")
 
 T0 = 1_700_000_000.0  # capture time of the first packet
 MSS = 1400
-HTTP_BUFFERS = frozenset(
-    {
-        "http_uri",
-        "http_raw_uri",
-        "http_method",
-        "http_header",
-        "http_raw_header",
-        "http_cookie",
-        "http_raw_cookie",
-        "http_client_body",
-        "http_raw_body",
-        "http_stat_code",
-        "http_stat_msg",
-        "http_version",
-        "http_raw_request",
-        "http_raw_status",
-        "file_data",
-    }
-)
+HTTP_BUFFERS = HTTP_REQUEST_BUFFERS | HTTP_RESPONSE_BUFFERS | HTTP_ANY_BUFFERS | {"file_data"}
 _URI_SAFE = frozenset(range(0x21, 0x7F)) - {ord("#")}  # what a URI carries unencoded here
 # a raw buffer and its normalized twin hold the same bytes when nothing needs normalizing (the
 # generator writes no percent-encodings, no /./ or //): one buffer serves both
@@ -108,6 +94,12 @@ class CorpusFlow:
     sport: int
     packets: list[bytes] = field(default_factory=list)  # IPv4 packets, in order
 
+    def ends(self, to_server: bool) -> tuple[str, str, int, int]:
+        """(source, destination, source port, destination port) of a packet that way."""
+        if to_server:
+            return self.client, self.server, self.cport, self.sport
+        return self.server, self.client, self.sport, self.cport
+
 
 @dataclass(slots=True)
 class Corpus:
@@ -119,21 +111,21 @@ class Corpus:
         return [f for f in self.flows if f.sid]
 
     def write_pcap(self, path: str | Path) -> int:
-        """Write every packet as Ethernet frames (pcap, microseconds); returns the bytes of IP
-        packets written (the capture's payload, for throughput)."""
-        total, t = 0, T0
-        with open(path, "wb") as out:
-            out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
-            for flow in self.flows:
-                for pkt in flow.packets:
-                    frame = b"\x02\0\0\0\0\x02\x02\0\0\0\0\x01\x08\x00" + pkt
-                    frame += b"\0" * max(0, 60 - len(frame))
-                    sec, usec = int(t), round((t - int(t)) * 1e6)
-                    out.write(struct.pack("<IIII", sec, usec, len(frame), len(frame)) + frame)
-                    total += len(pkt)
-                    t += 0.0001
-                t += 0.01
-        return total
+        """Write every packet as an Ethernet frame (`spm.pcap.write_pcap`), 0.1 ms apart and 10
+        ms between flows; returns the bytes of IP packets written (for throughput)."""
+        frames: list[tuple[float, bytes]] = []
+        t = T0
+        for flow in self.flows:
+            for pkt in flow.packets:
+                frame = _ETHERNET + pkt
+                frames.append((t, frame + b"\0" * max(0, 60 - len(frame))))
+                t += 0.0001
+            t += 0.01
+        write_pcap(path, frames)
+        return sum(len(pkt) for flow in self.flows for pkt in flow.packets)
+
+
+_ETHERNET = bytes.fromhex("0200000000020200000000010800")  # to, from, IPv4
 
 
 # --- strings that match a pcre ------------------------------------------------------------------
@@ -302,9 +294,7 @@ class _Buffer:
             )
         if c.relative:
             at = self.cursor + (c.distance or 0)
-            if c.within is not None and c.within < len(text) + max(0, c.distance or 0) - (
-                c.distance or 0
-            ):
+            if c.within is not None and c.within < len(text) - min(0, c.distance or 0):
                 raise CannotGenerate("within shorter than the content")
         else:
             lo = c.offset or 0
@@ -425,11 +415,7 @@ class _Tcp:
 
     def _pkt(self, to_server: bool, flags: str, data: bytes = b"") -> None:
         f = self.flow
-        src, dst, sp, dp = (
-            (f.client, f.server, f.cport, f.sport)
-            if to_server
-            else (f.server, f.client, f.sport, f.cport)
-        )
+        src, dst, sp, dp = f.ends(to_server)
         bits = sum(self.FLAGS[x] for x in flags)
         ack = self.seq[not to_server] if "A" in flags else 0
         tcp = struct.pack("!HHIIBBHHH", sp, dp, self.seq[to_server], ack, 5 << 4, bits, 64240, 0, 0)
@@ -456,11 +442,7 @@ class _Tcp:
 
 
 def _udp(flow: CorpusFlow, to_server: bool, data: bytes) -> None:
-    src, dst, sp, dp = (
-        (flow.client, flow.server, flow.cport, flow.sport)
-        if to_server
-        else (flow.server, flow.client, flow.sport, flow.cport)
-    )
+    src, dst, sp, dp = flow.ends(to_server)
     flow.packets.append(ipv4(src, dst, 17, struct.pack("!HHHH", sp, dp, 8 + len(data), 0) + data))
 
 

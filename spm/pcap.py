@@ -9,18 +9,21 @@ full disk or a killed tcpdump still replays up to that point.
 
 Not supported: compressed files (gzip); link layers (this module gives frames and their link
 type; `spm.replay` strips the link layer).
+
+`write_pcap` writes classic pcap (microseconds), as `opengate spm corpus` makes captures.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from opengate.errors import ConfigError
 
+LINKTYPE_ETHERNET = 1
 MAX_RECORD = 256 * 1024  # bytes; a larger captured length means the file is damaged
 
 _PCAP_MAGIC = {  # magic as read little-endian -> (byte order, fraction units per second)
@@ -203,3 +206,15 @@ def _interface(body: bytes, order: str) -> tuple[int, int, int]:
             offset = struct.unpack(order + "q", value[:8])[0]
         at += 4 + (size + 3) // 4 * 4
     return linktype, per_second, offset
+
+
+def write_pcap(
+    path: str | Path, frames: Iterable[tuple[float, bytes]], linktype: int = LINKTYPE_ETHERNET
+) -> None:
+    """A classic pcap file (little-endian, microseconds, snap length 65,535) of (capture time,
+    frame) pairs."""
+    with open(path, "wb") as out:
+        out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, linktype))
+        for ts, frame in frames:
+            seconds, micros = divmod(round(ts * 1e6), 1_000_000)
+            out.write(struct.pack("<IIII", seconds, micros, len(frame), len(frame)) + frame)

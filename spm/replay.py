@@ -37,7 +37,7 @@ from spm.ips.snort import (
     snort_pcap_command,
     snort_processing_seconds,
 )
-from spm.pcap import CaptureReader, DamagedCapture, Frame
+from spm.pcap import LINKTYPE_ETHERNET, CaptureReader, DamagedCapture, Frame
 from spm.pool import event_dict
 from spm.verdict import Alert
 from spm.worker import Worker
@@ -45,7 +45,7 @@ from spm.worker import Worker
 LOG = logging.getLogger(__name__)
 
 ENGINES = ("builtin", "snort")
-LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_IPV4 = 1, 101, 228
+LINKTYPE_RAW, LINKTYPE_IPV4 = 101, 228
 EXPIRE_EVERY = 1.0  # seconds of capture time between flow-timeout checks
 
 _ETH_IPV4, _ETH_VLAN, _ETH_QINQ = 0x0800, 0x8100, 0x88A8

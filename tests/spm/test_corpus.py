@@ -6,6 +6,7 @@ Snort; `tests/spm/test_snort_differential.py` holds the engines to each other on
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import subprocess
@@ -18,12 +19,13 @@ from scapy.utils import rdpcap
 
 from opengate.snort.rules import parse_rule, parse_rules_text
 from opengate.target import shared_data_dir
-from spm.corpus import CannotGenerate, build_buffers, flow_ids, generate, pcre_sample
+from spm.corpus import T0, CannotGenerate, build_buffers, flow_ids, generate, pcre_sample
 from spm.eve import EveLog
 from spm.ips.engine import RuleSet
 from spm.ips.loader import load_ruleset
-from spm.ips.option_types import Content, Pcre
+from spm.ips.option_types import CompiledRule, Content, Pcre
 from spm.ips.options import LoadReport, compile_rule
+from spm.pcap import CaptureReader, write_pcap
 from spm.replay import replay, replay_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,9 +43,8 @@ alert tcp any any -> any 7 (msg:"dsize"; dsize:>60000; content:"x"; sid:3000009;
 """
 
 
-def _rule(text: str) -> object:
-    rule = compile_rule(parse_rule(text))
-    return rule
+def _rule(text: str) -> CompiledRule:
+    return compile_rule(parse_rule(text))
 
 
 def _find_after(data: bytes, c: Content, start: int) -> int:
@@ -65,9 +66,10 @@ def test_contents_placed_where_the_rule_looks(seed: int) -> None:
         'alert tcp any any -> any any (content:"AB"; offset:3; depth:4; content:"cd"; '
         'distance:2; within:6; content:"EF"; nocase; content:"!"; distance:0; within:1; sid:1;)'
     )
-    data = build_buffers(rule, random.Random(seed))[("pkt_data", None)]  # type: ignore[arg-type]
+    data = build_buffers(rule, random.Random(seed))[("pkt_data", None)]
     cursor = 0
-    for opt in rule.payload:  # type: ignore[attr-defined]
+    for opt in rule.payload:
+        assert isinstance(opt, Content)
         at = _find_after(data, opt, cursor)
         assert at >= 0, (opt, data)
         cursor = at + len(opt.pattern)
@@ -78,7 +80,7 @@ def test_conflicting_placements_are_refused() -> None:
         'alert tcp any any -> any any (content:"AAAA"; depth:4; content:"BBBB"; depth:4; sid:1;)'
     )
     with pytest.raises(CannotGenerate, match=r"overlap|depth"):
-        build_buffers(rule, random.Random(0))  # type: ignore[arg-type]
+        build_buffers(rule, random.Random(0))
 
 
 def test_pcre_samples_match_most_community_pcres() -> None:
@@ -140,8 +142,6 @@ def test_each_rule_flow_fires_its_rule_in_the_builtin_engine(tmp_path: Path) -> 
     with eve_path.open("w") as out:
         eve = EveLog(eve_path, "t", stream=out)
         stats = replay(pcap, replay_config(None, [rules], {}), eve, "builtin")
-    import json
-
     ids = flow_ids(corpus)
     fired = set()
     for line in eve_path.read_text().splitlines():
@@ -179,3 +179,15 @@ def test_cli_writes_a_corpus_and_compare_needs_snort(tmp_path: Path) -> None:
     if run.returncode != 2:  # Snort under /opt/snort is found whatever PATH says
         pytest.skip("Snort 3 is installed under /opt/snort: the refusal is not reachable")
     assert "snort (Snort 3) is not installed" in run.stderr
+
+
+def test_written_pcap_reads_back_frame_for_frame(tmp_path: Path) -> None:
+    frames = [(T0 + 0.000001, b"\x02" * 60), (T0 + 1.9999996, b"\x03" * 70), (T0 + 5.5, b"x" * 61)]
+    path = tmp_path / "w.pcap"
+    write_pcap(path, frames)
+    with CaptureReader(path) as reader:
+        read = [(f.ts, f.linktype, f.data) for f in reader]
+    assert [(round(ts, 6), data) for ts, _, data in read] == [
+        (round(ts, 6), data) for ts, data in frames
+    ]
+    assert {linktype for _, linktype, _ in read} == {1}
