@@ -35,6 +35,7 @@ from bench.bench_softswitch import (
     base_entries,
     check_routed,
     engine_rate,
+    entry_updates,
     highest_rate,
     machine,
     miss_frames,
@@ -66,13 +67,7 @@ CLASSBENCH = "classbench/acl1_10k"
 
 def _updates(build: Path, entries: list[TableEntry]) -> tuple[P4Schema, list[p4r.Update]]:
     schema = P4Schema.load(build / "opengate.p4info.txtpb")
-    updates = []
-    for entry in [*base_entries(), *entries]:
-        kind = p4r.Update.MODIFY if entry.is_default else p4r.Update.INSERT
-        updates.append(
-            p4r.Update(type=kind, entity=p4r.Entity(table_entry=schema.encode_entry(entry)))
-        )
-    return schema, updates
+    return schema, entry_updates(schema, [*base_entries(), *entries])
 
 
 def rate(build: Path, entries: list[TableEntry], frames: list[bytes], seconds: float) -> float:

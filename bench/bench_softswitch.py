@@ -33,7 +33,7 @@ import random
 import socket
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +48,7 @@ from opengate.entries import Exact, Lpm, MatchValue, TableEntry
 from opengate.fields import Prefix
 from opengate.netutil import require_root, veth_pairs
 from opengate.p4info import P4Schema
-from opengate.p4rt import P4RuntimeClient
+from opengate.p4rt import P4RuntimeClient, update_of
 from opengate.switch import running_switch
 from opengate.target import (
     BMV2_BINARY,
@@ -190,17 +190,23 @@ def miss_frames(rules: Sequence[AclRule], count: int, seed: int = 7) -> list[byt
     return out
 
 
+def entry_updates(schema: P4Schema, entries: Iterable[TableEntry]) -> list[p4r.Update]:
+    """Writes of `entries`: a default action is a MODIFY, any other entry an INSERT."""
+    return [
+        update_of(
+            p4r.Update.MODIFY if entry.is_default else p4r.Update.INSERT,
+            schema.encode_entry(entry),
+        )
+        for entry in entries
+    ]
+
+
 def build_workload(schema: P4Schema) -> Workload:
     rules = parse_classbench(shared_data_dir() / CLASSBENCH)
     started = time.perf_counter()
     compiled = compile_hsm(rules, [])
     compile_seconds = time.perf_counter() - started
-    entries = base_entries() + session_entries() + list(compiled.entries)
-    updates = []
-    for entry in entries:
-        kind = p4r.Update.MODIFY if entry.is_default else p4r.Update.INSERT
-        message = schema.encode_entry(entry)
-        updates.append(p4r.Update(type=kind, entity=p4r.Entity(table_entry=message)))
+    updates = entry_updates(schema, base_entries() + session_entries() + list(compiled.entries))
     hits = [_frame(*session_flow(i)[:2], 6, *session_flow(i)[2:]) for i in range(SESSIONS)]
     return Workload(
         updates,

@@ -95,6 +95,15 @@ def compile_hybrid(
         side: _most_that_fit(ranked[side], terms[side], budget[schema.SPILL_TABLES[side]])
         for side in ranked
     }
+    # the first spill tried: the rules wide in both addresses (ranked first), and at least 1 %
+    first_count = {
+        side: max(
+            MIN_FIRST_SPILL,
+            math.ceil(len(ranked[side]) * FIRST_SPILL_SHARE),
+            len({t.rule_id for t in side_terms if _wide_both(t)}),
+        )
+        for side, side_terms in terms.items()
+    }
     counts = {side: 0 for side in ranked}
     failed = {side: 0 for side in ranked}  # the largest count known not to fit (with the other)
 
@@ -123,13 +132,7 @@ def compile_hybrid(
         for s in sides:
             if counts[s] < sizes[s]:
                 failed[s] = counts[s]
-                # at least the rules wide in both addresses, and 1 % of the side's rules
-                start = max(
-                    MIN_FIRST_SPILL,
-                    math.ceil(len(ranked[s]) * FIRST_SPILL_SHARE),
-                    sum(1 for t in terms[s] if _wide_both(t)),
-                )
-                counts[s] = min(sizes[s], max(start, 2 * counts[s]))
+                counts[s] = min(sizes[s], max(first_count[s], 2 * counts[s]))
                 grown = True
         if not grown:
             raise TableOverflow(
