@@ -36,6 +36,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from finsy.proto import p4r
 from scapy.layers.inet import IP, TCP, UDP
@@ -61,7 +62,7 @@ from opengate.target import (
     shared_data_dir,
 )
 from opengate.testbed import HOST_IN_MAC, INSIDE, OUTSIDE, TAG_BASE, ip
-from softswitch.engine import Dataplane
+from softswitch.native.dataplane import NativeDataplane
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.switch import Switch
 
@@ -70,6 +71,8 @@ NEXT_HOP_MAC = 0x000000000220
 SESSIONS = 1000
 CLASSBENCH = "classbench/acl1_1k"
 WRITE_BATCH = 5000
+FRAME_SIZES = (64, 1400)
+ENGINES = {"python": "Python engine", "native": "native"}
 PAIRS = (("ogb-s1", "ogb-p1"), ("ogb-s2", "ogb-p2"))
 
 
@@ -142,19 +145,38 @@ class Workload:
     updates: list[p4r.Update]
     hits: list[bytes]
     misses: list[bytes]
+    big_hits: list[bytes]  # the same flows, FRAME_SIZES[1]-byte frames
+    big_misses: list[bytes]
     hsm_entries: int
     rules: int
     compile_seconds: float
 
 
-def _frame(src: str, dst: str, proto: int, sport: int, dport: int, flags: str = "A") -> bytes:
+def _frame(
+    src: str, dst: str, proto: int, sport: int, dport: int, flags: str = "A", size: int = 64
+) -> bytes:
+    """A frame of `size` bytes (without the FCS): Ethernet, IPv4, TCP or UDP, padding."""
     l4 = TCP(sport=sport, dport=dport, flags=flags) if proto == 6 else UDP(sport=sport, dport=dport)
-    return bytes(
-        Ether(src=HOST_IN_MAC, dst="02:00:00:00:00:01")
-        / IP(src=src, dst=dst, ttl=64, id=1)
-        / l4
-        / (b"x" * 18)
-    )
+    headers = Ether(src=HOST_IN_MAC, dst="02:00:00:00:00:01") / IP(src=src, dst=dst, ttl=64, id=1)
+    headers = headers / l4
+    return bytes(headers / (b"x" * max(0, size - len(headers))))
+
+
+def resized(frames: Sequence[bytes], size: int) -> list[bytes]:
+    """The same flows in frames of `size` bytes (IPv4 total length and checksums redone)."""
+    out = []
+    for frame in frames:
+        pkt = Ether(frame)
+        del pkt[IP].len, pkt[IP].chksum
+        l4 = pkt[IP].payload
+        l4.remove_payload()
+        if TCP in pkt:
+            del pkt[TCP].chksum
+        else:
+            del pkt[UDP].len, pkt[UDP].chksum
+        headers = bytes(pkt)
+        out.append(bytes(Ether(headers + b"x" * max(0, size - len(headers)))))
+    return out
 
 
 def _address(rng: random.Random, prefix: Prefix) -> str:
@@ -208,10 +230,13 @@ def build_workload(schema: P4Schema) -> Workload:
     compile_seconds = time.perf_counter() - started
     updates = entry_updates(schema, base_entries() + session_entries() + list(compiled.entries))
     hits = [_frame(*session_flow(i)[:2], 6, *session_flow(i)[2:]) for i in range(SESSIONS)]
+    misses = miss_frames(rules, 1000)
     return Workload(
         updates,
         hits,
-        miss_frames(rules, 1000),
+        misses,
+        resized(hits, FRAME_SIZES[1]),
+        resized(misses, FRAME_SIZES[1]),
         len(compiled.entries),
         len(rules),
         compile_seconds,
@@ -240,7 +265,8 @@ class Row:
     note: str = ""
 
 
-def engine_rate(dp: Dataplane, frames: Sequence[bytes], seconds: float) -> float:
+def engine_rate(dp: Any, frames: Sequence[bytes], seconds: float) -> float:
+    """Frames per second through `dp.process`, called from a Python loop."""
     process = dp.process
     done = 0
     started = time.perf_counter()
@@ -252,31 +278,69 @@ def engine_rate(dp: Dataplane, frames: Sequence[bytes], seconds: float) -> float
     return done / (time.perf_counter() - started)
 
 
-def check_routed(dp: Dataplane, frames: Sequence[bytes], what: str) -> None:
+def c_loop_rate(dp: NativeDataplane, frames: Sequence[bytes], seconds: float) -> float:
+    """Frames per second through the native pipeline in one C loop (no Python per frame)."""
+    frames = list(frames)
+    started = time.perf_counter()
+    dp.run_batch(INSIDE, frames, 1)
+    once = max(time.perf_counter() - started, 1e-6)
+    rounds = max(1, int(seconds / once))
+    started = time.perf_counter()
+    out = dp.run_batch(INSIDE, frames, rounds)
+    elapsed = time.perf_counter() - started
+    if out != rounds * len(frames):
+        raise RuntimeError(f"C loop: {out} of {rounds * len(frames)} frames output")
+    return rounds * len(frames) / elapsed
+
+
+def check_routed(dp: Any, frames: Sequence[bytes], what: str) -> None:
     """Every frame of the workload must leave on the outside port (else the figure is wrong)."""
     bad = [i for i, f in enumerate(frames) if [p for p, _ in dp.process(INSIDE, f)] != [OUTSIDE]]
     if bad:
         raise RuntimeError(f"{what}: {len(bad)} of {len(frames)} frames not routed out")
 
 
+def workloads(work: Workload) -> list[tuple[str, list[bytes]]]:
+    small, big = FRAME_SIZES
+    return [
+        (f"session hit, {small} B", work.hits),
+        (f"session hit, {big} B", work.big_hits),
+        (f"HSM miss, {small} B", work.misses),
+        (f"HSM miss, {big} B", work.big_misses),
+    ]
+
+
 def in_process(schema: P4Schema, work: Workload, seconds: float) -> tuple[list[Row], float]:
-    switch = Switch(device_id=1, cpu_port=pc.CPU_PORT)
-    server = P4RuntimeServer(switch, "127.0.0.1:0")
-    server.start()
-    try:
-        with P4RuntimeClient(f"127.0.0.1:{server.port}", 1, 10).connect() as client:
-            install_seconds = install(client, schema, work)
-        dp = switch.dataplane
-        assert dp is not None
-        check_routed(dp, work.hits, "session hit")
-        check_routed(dp, work.misses, "HSM miss")
-        rows = [
-            Row("software switch", "in process", path, engine_rate(dp, frames, seconds))
-            for path, frames in (("session hit", work.hits), ("HSM miss", work.misses))
-        ]
-        return rows, install_seconds
-    finally:
-        server.stop()
+    """Each engine behind its own in-process P4Runtime server, the same entries."""
+    rows: list[Row] = []
+    install_seconds = 0.0
+    for engine, label in ENGINES.items():
+        switch = Switch(device_id=1, cpu_port=pc.CPU_PORT)
+        server = P4RuntimeServer(switch, "127.0.0.1:0", engine=engine)
+        server.start()
+        try:
+            with P4RuntimeClient(f"127.0.0.1:{server.port}", 1, 10).connect() as client:
+                install_seconds = install(client, schema, work)
+            dp = switch.dataplane
+            assert dp is not None
+            if engine == "native" and not dp.native:
+                rows.append(
+                    Row(f"software switch ({label})", "in process", "-", None, dp.fallback_reason)
+                )
+                continue
+            for path, frames in workloads(work):
+                check_routed(dp, frames, path)
+                how = "in process, from Python" if dp.native else "in process"
+                rows.append(
+                    Row(f"software switch ({label})", how, path, engine_rate(dp, frames, seconds))
+                )
+                if dp.native:
+                    rate = c_loop_rate(dp, frames, seconds)
+                    rows.append(Row(f"software switch ({label})", "in process, C loop", path, rate))
+        finally:
+            switch.set_dataplane(None)
+            server.stop()
+    return rows, install_seconds
 
 
 def _rx_packets(ifname: str) -> int:

@@ -18,8 +18,8 @@ import sys
 import threading
 from pathlib import Path
 
-from softswitch.engine import Dataplane
 from softswitch.errors import LoadError
+from softswitch.native import ENGINES, make_dataplane
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.ports import Ports
 from softswitch.program import load_program
@@ -64,6 +64,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PORT@IFACE",
         help="attach Linux interface IFACE as port PORT",
     )
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=None,
+        help="native: the program compiled to C (refused if it cannot be); python: the Python "
+        "engine; auto (default, or $SOFTSWITCH_ENGINE): native where it can be",
+    )
+    p.add_argument(
+        "--python-io",
+        action="store_true",
+        help="keep packet I/O in Python even with the native engine",
+    )
     p.add_argument("--log-console", action="store_true", help="log to stderr")
     p.add_argument("-L", "--log-level", default="info", choices=sorted(LEVELS))
     p.add_argument("--thrift-port", type=int, help="accepted for compatibility; ignored")
@@ -89,16 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if not args.log_console:  # which engine and which port layer: always worth a line
+        for name in ("softswitch.native", "softswitch.switch"):
+            logging.getLogger(name).setLevel(logging.INFO)
+        logging.getLogger().handlers[0].setLevel(logging.INFO)
     if args.thrift_port is not None:
         LOG.info("--thrift-port %d ignored: this switch has no Thrift server", args.thrift_port)
     switch = Switch(device_id=args.device_id, cpu_port=args.cpu_port)
-    if args.program:
-        try:
-            program = load_program(json.loads(Path(args.program).read_text()))
-        except (OSError, ValueError, LoadError) as exc:
-            print(f"softswitch: cannot load {args.program}: {exc}", file=sys.stderr)
-            return 2
-        switch.set_dataplane(Dataplane(program))
+    switch.native_io = not args.python_io
     ports: Ports | None = None
     try:
         ports = Ports(dict(args.interface))
@@ -106,6 +116,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"softswitch: {exc}", file=sys.stderr)
         return 2
     switch.transmit = ports.transmit
+    switch.ports = ports
+    if args.program:
+        try:
+            program = load_program(json.loads(Path(args.program).read_text()))
+            dataplane = make_dataplane(program, engine=args.engine)
+        except (OSError, ValueError, LoadError) as exc:
+            ports.close()
+            print(f"softswitch: cannot load {args.program}: {exc}", file=sys.stderr)
+            return 2
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -116,12 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        server = P4RuntimeServer(switch, args.grpc_server_addr)
+        server = P4RuntimeServer(switch, args.grpc_server_addr, engine=args.engine)
     except (OSError, RuntimeError) as exc:
         ports.close()
         print(f"softswitch: cannot serve gRPC on {args.grpc_server_addr}: {exc}", file=sys.stderr)
         return 2
     ports.start(switch.receive)
+    if args.program:
+        switch.set_dataplane(dataplane)
     server.start()
     port_list = ", ".join(f"{n}@{i}" for n, i in sorted(ports.interfaces.items())) or "none"
     LOG.info(
@@ -140,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             pass
     finally:
         server.stop()
+        switch.set_dataplane(None)
         ports.close()
         LOG.info("stopped")
     return 0

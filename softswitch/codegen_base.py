@@ -83,6 +83,34 @@ def usat_cast(v: int, w: int) -> int:
     return hi if v > hi else 0 if v < 0 else v
 
 
+STANDARD_METADATA = {
+    "ingress_port": "standard_metadata.ingress_port",
+    "egress_spec": "standard_metadata.egress_spec",
+    "egress_port": "standard_metadata.egress_port",
+    "instance_type": "standard_metadata.instance_type",
+    "packet_length": "standard_metadata.packet_length",
+    "mcast_grp": "intrinsic_metadata.mcast_grp",
+    "egress_rid": "intrinsic_metadata.egress_rid",
+    "parser_error": "standard_metadata.parser_error",
+    "checksum_error": "standard_metadata.checksum_error",
+    "ingress_global_timestamp": "intrinsic_metadata.ingress_global_timestamp",
+    "egress_global_timestamp": "intrinsic_metadata.egress_global_timestamp",
+    "priority": "intrinsic_metadata.priority",
+}
+
+
+def standard_metadata(layout: Layout) -> dict[str, FieldInfo]:
+    """The v1model standard and intrinsic metadata fields the program has, by short name."""
+    out: dict[str, FieldInfo] = {}
+    for key, dotted in STANDARD_METADATA.items():
+        fld = layout.find_field(dotted)
+        if fld is None and dotted.startswith("intrinsic_metadata."):
+            fld = layout.find_field("standard_metadata." + dotted.split(".", 1)[1])
+        if fld is not None:
+            out[key] = fld
+    return out
+
+
 @dataclass(slots=True)
 class E:
     """A compiled expression: Python source and what it denotes."""
@@ -153,27 +181,7 @@ class CodegenBase:
         return self.ns
 
     def _standard_metadata(self) -> dict[str, FieldInfo]:
-        wanted = {
-            "ingress_port": "standard_metadata.ingress_port",
-            "egress_spec": "standard_metadata.egress_spec",
-            "egress_port": "standard_metadata.egress_port",
-            "instance_type": "standard_metadata.instance_type",
-            "packet_length": "standard_metadata.packet_length",
-            "mcast_grp": "intrinsic_metadata.mcast_grp",
-            "egress_rid": "intrinsic_metadata.egress_rid",
-            "parser_error": "standard_metadata.parser_error",
-            "checksum_error": "standard_metadata.checksum_error",
-            "ingress_global_timestamp": "intrinsic_metadata.ingress_global_timestamp",
-            "egress_global_timestamp": "intrinsic_metadata.egress_global_timestamp",
-            "priority": "intrinsic_metadata.priority",
-        }
-        out: dict[str, FieldInfo] = {}
-        for key, dotted in wanted.items():
-            fld = self.layout.find_field(dotted)
-            if fld is None and dotted.startswith("intrinsic_metadata."):
-                fld = self.layout.find_field("standard_metadata." + dotted.split(".", 1)[1])
-            if fld is not None:
-                out[key] = fld
+        out = standard_metadata(self.layout)
         for required in ("ingress_port", "egress_spec", "egress_port", "instance_type"):
             if required not in out:
                 raise LoadError(

@@ -104,6 +104,7 @@ class Dataplane:
         self.lock = threading.RLock()
         self.start_ns = time.monotonic_ns()
         self.dropped_errors = 0
+        self.fallback_reason = ""  # why the native path does not run this program, if it was asked
         std = program.std
         self._template = program.layout.template
         self._meta_ranges = program.layout.metadata_slots
@@ -123,6 +124,15 @@ class Dataplane:
         )
         self._s_perr = program.parser_error_slot
         self._s_cerr = program.checksum_error_slot
+
+    native = False
+    owns_ports = False
+
+    def sync_hits(self, table: Any) -> None:
+        """Entries' last hits are kept in place (the native data plane copies them back)."""
+
+    def close(self) -> None:
+        """Nothing to release (the native data plane frees its C state)."""
 
     # ------------------------------------------------------------------ parsing
     def _parse(self, p: Packet, f: list[int]) -> None:

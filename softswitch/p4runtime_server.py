@@ -19,8 +19,8 @@ import grpc
 from finsy.proto import p4d, p4i, p4r, p4r_grpc, rpc_code, rpc_status
 from google.protobuf import any_pb2
 
-from softswitch.engine import Dataplane
 from softswitch.errors import LoadError
+from softswitch.native import make_dataplane
 from softswitch.p4info_map import PacketMetadataInfo, build_map
 from softswitch.p4rt_common import (
     DETAILS_KEY,
@@ -44,8 +44,9 @@ LOG = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------- the service
 class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
-    def __init__(self, switch: Switch) -> None:
+    def __init__(self, switch: Switch, engine: str | None = None) -> None:
         self.switch = switch
+        self.engine = engine  # auto | native | python (softswitch.native.make_dataplane)
         self.lock = threading.RLock()
         self.pipeline: Pipeline | None = None
         self.saved: Pipeline | None = None
@@ -131,7 +132,7 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
             pmap = build_map(config.p4info, program)
         except LoadError as exc:
             raise P4RTError(Code.INVALID_ARGUMENT, f"cannot load the pipeline: {exc}") from None
-        dp = Dataplane(program, digest_sink=self._digest_sample)
+        dp = make_dataplane(program, digest_sink=self._digest_sample, engine=self.engine)
         p4info = p4i.P4Info()
         p4info.CopyFrom(config.p4info)
         return Pipeline(
@@ -151,7 +152,11 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
             if not request.HasField("config"):
                 raise P4RTError(Code.INVALID_ARGUMENT, "config is missing")
             pipe = self._load(request.config)
-            if action == A.VERIFY_AND_SAVE:
+            if action == A.VERIFY:
+                pipe.dataplane.close()
+            elif action == A.VERIFY_AND_SAVE:
+                if self.saved is not None:
+                    self.saved.dataplane.close()
                 self.saved = pipe
             elif action in (A.VERIFY_AND_COMMIT, A.RECONCILE_AND_COMMIT):
                 self._commit(pipe)
@@ -494,6 +499,7 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
         for info in pipe.map.tables.values():
             if not info.table.support_timeout:
                 continue
+            pipe.dataplane.sync_hits(info.table)
             for entry in info.table.iter_entries():
                 if (
                     entry.timeout_ns
@@ -513,9 +519,13 @@ class P4RuntimeServer:
     """The gRPC server; `start()` returns once the port accepts connections."""
 
     def __init__(
-        self, switch: Switch, address: str, service: P4RuntimeService | None = None
+        self,
+        switch: Switch,
+        address: str,
+        service: P4RuntimeService | None = None,
+        engine: str | None = None,
     ) -> None:
-        self.service = service if service is not None else P4RuntimeService(switch)
+        self.service = service if service is not None else P4RuntimeService(switch, engine)
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="p4rt")
         )

@@ -38,25 +38,38 @@ class PortError(OSError):
 
 
 class Ports:
+    """The switch's ports, read by one thread. `suspend()` closes the sockets while another
+    layer (the native data plane's C polling thread) serves the interfaces; `resume()` reopens
+    them."""
+
     def __init__(self, interfaces: dict[int, str]) -> None:
         self.interfaces = dict(interfaces)
         self.sockets: dict[int, socket.socket] = {}
-        self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
+        self._selector: selectors.BaseSelector | None = None
+        self._wake_r: socket.socket | None = None
+        self._wake_w: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._receive: Receive | None = None
+        self._open()
+
+    def _open(self) -> None:
         try:
             for num, ifname in self.interfaces.items():
                 self.sockets[num] = open_port(ifname)
         except OSError:
-            self.close()
+            self._close_sockets()
             raise
+
+    def _close_sockets(self) -> None:
+        for sock in self.sockets.values():
+            sock.close()
+        self.sockets.clear()
 
     def transmit(self, port: int, frame: bytes) -> None:
         sock = self.sockets.get(port)
         if sock is None:
-            LOG.debug("frame for port %d, which has no interface: dropped", port)
+            LOG.debug("frame for port %d, which has no interface (or is suspended): dropped", port)
             return
         try:
             sock.send(frame)
@@ -64,17 +77,22 @@ class Ports:
             LOG.debug("port %d: send failed: %s", port, exc)
 
     def start(self, receive: Receive) -> None:
+        self._receive = receive
+        self._stopping.clear()
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
         for num, sock in self.sockets.items():
             self._selector.register(sock, selectors.EVENT_READ, num)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._thread = threading.Thread(
-            target=self._run, args=(receive,), name="ports", daemon=True
+            target=self._run, args=(self._selector, receive), name="ports", daemon=True
         )
         self._thread.start()
 
-    def _run(self, receive: Receive) -> None:
+    def _run(self, selector: selectors.BaseSelector, receive: Receive) -> None:
         while not self._stopping.is_set():
-            for key, _ in self._selector.select():
+            for key, _ in selector.select():
                 num = key.data
                 if num is None:
                     return
@@ -88,18 +106,38 @@ class Ports:
         except OSError as exc:
             LOG.warning("port %d: receive failed: %s", num, exc)
 
-    def close(self) -> None:
+    def _stop_thread(self) -> None:
         self._stopping.set()
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"x")
+        if self._wake_w is not None:
+            with contextlib.suppress(OSError):
+                self._wake_w.send(b"x")
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
-        for sock in self.sockets.values():
-            sock.close()
-        self.sockets.clear()
-        self._selector.close()
-        self._wake_r.close()
-        self._wake_w.close()
+        self._thread = None
+        if self._selector is not None:
+            self._selector.close()
+            self._selector = None
+        for s in (self._wake_r, self._wake_w):
+            if s is not None:
+                s.close()
+        self._wake_r = self._wake_w = None
+
+    def suspend(self) -> None:
+        """Stop reading and close the sockets (another layer serves the interfaces)."""
+        self._stop_thread()
+        self._close_sockets()
+
+    def resume(self) -> None:
+        """Reopen the sockets and read again, if suspended."""
+        if self.sockets or not self.interfaces:
+            return
+        self._open()
+        if self._receive is not None:
+            self.start(self._receive)
+
+    def close(self) -> None:
+        self._stop_thread()
+        self._close_sockets()
 
 
 def open_port(ifname: str) -> socket.socket:

@@ -102,6 +102,8 @@ class ActionProfile:
     groups: dict[int, Group] = field(default_factory=dict)
     refcount: dict[tuple[str, int], int] = field(default_factory=dict)  # ("m"|"g", id) -> uses
     handles: HandleAllocator = field(default_factory=HandleAllocator)
+    # told of every change of what entries choose from (profile_changed), e.g. a native mirror
+    observer: Any = None
 
     def add_member(self, member: Member) -> None:
         """A new member (P4Runtime INSERT): one BMv2 handle."""
@@ -163,11 +165,15 @@ class ActionProfile:
                 by_handle.extend((h, member) for h in member.handles[:weight])
         by_handle.sort(key=lambda hm: hm[0])
         group.expanded = tuple(m for _, m in by_handle)
+        if self.observer is not None:
+            self.observer.profile_changed(self)
 
     def refresh_groups_of(self, member_id: int) -> None:
         for group in self.groups.values():
             if member_id in group.members:
                 self.expand(group)
+        if self.observer is not None:  # entries naming the member itself
+            self.observer.profile_changed(self)
 
     def clear(self) -> None:
         self.members.clear()
@@ -611,6 +617,8 @@ class Table:
     default_const: bool = False
     immutable: bool = False
     nodes: dict[str, NodeFn] = field(default_factory=dict)  # node name -> compiled function
+    # told of every entry added or removed and every default set (a native mirror)
+    observer: Any = None
 
     @property
     def needs_priority(self) -> bool:
@@ -665,6 +673,8 @@ class Table:
 
     def set_default(self, action: ActionSpec, data: tuple[int, ...]) -> None:
         self.default = Entry((), 0, action, data, action.fn, self.next_node(action.name, hit=False))
+        if self.observer is not None:
+            self.observer.default_set(self)
 
     def canonical(self, key: tuple[MatchSpec, ...], priority: int) -> Any:
         return (key, priority) if self.needs_priority else key
@@ -675,14 +685,21 @@ class Table:
     def insert(self, entry: Entry) -> None:
         self.entries[self.canonical(entry.key, entry.priority)] = entry
         self.index.add(entry)
+        if self.observer is not None:
+            self.observer.entry_added(self, entry)
 
     def delete(self, entry: Entry) -> None:
         self.entries.pop(self.canonical(entry.key, entry.priority), None)
         self.index.remove(entry)
+        if self.observer is not None:
+            self.observer.entry_removed(self, entry)
 
     def clear(self) -> None:
+        gone = list(self.entries.values())
         self.entries.clear()
         self.index.clear()
+        if self.observer is not None:
+            self.observer.cleared(self, gone)
 
 
 def make_index(kinds: list[str], widths: list[int]) -> Index:

@@ -1,0 +1,566 @@
+"""The native data plane: a loaded program compiled to C, behind the Python engine's interface.
+
+`NativeDataplane` is what `softswitch.engine.Dataplane` is to the Python engine: `process(port,
+frame)`, `lock`, `program`, `pre`, digests to a sink. The P4Runtime server keeps its Python tables
+(the source of truth for reads and writes); each change is mirrored into the C tables as it happens
+(`tables.Table.observer`), and the state that packets change lives in C and is seen from Python
+in place: direct and indirect counters and registers as ctypes arrays over the C memory, meters
+through `NativeMeter`, idle-timeout hits copied back by `sync_hits`. With `open_ports` the C side
+also does the packet I/O (softswitch/native/og_io.c) and a Python thread takes what it queues for
+the slow path: frames for ports without an interface (the CPU port) and digests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes as ct
+import logging
+import os
+import select
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from softswitch import tables as tb
+from softswitch.engine import Replication
+from softswitch.externs import Meter
+from softswitch.native.build import BuildError, build
+from softswitch.native.cgen import CProgram, generate
+from softswitch.native.cgen_expr import UnsupportedError
+from softswitch.program import Program
+
+LOG = logging.getLogger(__name__)
+
+DigestSink = Callable[[int, tuple[int, ...]], None]
+Emit = Callable[[int, bytes], None]
+MAX_FRAME = 65536 + 1024
+KIND_CODES = {"exact": 0, "lpm": 1, "ternary": 2, "range": 3, "optional": 4, "valid": 0}
+
+
+class CEntry(ct.Structure):
+    _fields_ = [
+        ("packets", ct.c_uint64),
+        ("bytes", ct.c_uint64),
+        ("last_hit", ct.c_int64),
+        ("meter", ct.c_void_p),
+        ("action", ct.c_int32),
+        ("nmembers", ct.c_uint32),
+        ("stride", ct.c_uint32),
+        ("is_group", ct.c_uint32),
+        ("members", ct.c_void_p),
+        ("ndata", ct.c_uint32),
+        ("pad_", ct.c_uint32),
+    ]
+
+
+class CMeter(ct.Structure):
+    _fields_ = [
+        ("configured", ct.c_int32),
+        ("packets", ct.c_int32),
+        ("rate", ct.c_double * 2),
+        ("burst", ct.c_int64 * 2),
+        ("tokens", ct.c_int64 * 2),
+        ("tokens_last", ct.c_int64 * 2),
+        ("origin", ct.c_int64),
+    ]
+
+
+U64P = ct.POINTER(ct.c_uint64)
+
+
+def _bind(lib: ct.CDLL) -> None:
+    vp, u32, i32, i64 = ct.c_void_p, ct.c_uint32, ct.c_int32, ct.c_int64
+    sig: dict[str, tuple[Any, list[Any]]] = {
+        "og_dp_new": (vp, []),
+        "og_dp_free": (None, [vp]),
+        "og_dp_lock": (None, [vp]),
+        "og_dp_unlock": (None, [vp]),
+        "og_dp_process": (i32, [vp, u32, ct.c_char_p, u32, ct.POINTER(u32)]),
+        "og_dp_obuf": (vp, [vp]),
+        "og_dp_io_open": (
+            ct.c_int,
+            [vp, u32, ct.POINTER(u32), ct.POINTER(ct.c_char_p), ct.c_char_p, u32],
+        ),
+        "og_dp_io": (vp, [vp]),
+        "og_dp_io_close": (None, [vp]),
+        "og_dp_pop_digest": (i32, [vp, ct.POINTER(u32), U64P, u32]),
+        "og_dp_counts": (None, [vp, U64P]),
+        "og_dp_table": (vp, [vp, u32]),
+        "og_dp_set_default": (None, [vp, u32, vp]),
+        "og_dp_register": (vp, [vp, u32]),
+        "og_dp_counter": (vp, [vp, u32]),
+        "og_dp_meter": (vp, [vp, u32]),
+        "og_entry_new": (vp, [u32, i32]),
+        "og_entry_free": (None, [vp]),
+        "og_entry_set_members": (ct.c_int, [vp, u32, u32, U64P, u32]),
+        "og_meter_configure": (None, [vp, ct.c_double, i64, ct.c_double, i64]),
+        "og_meter_clear": (None, [vp]),
+        "og_meter_execute_api": (u32, [vp, u32]),
+        "og_dp_bench": (ct.c_uint64, [vp, u32, ct.c_char_p, ct.POINTER(u32), u32, u32]),
+        "og_sizeof_entry": (u32, []),
+        "og_sizeof_meter": (u32, []),
+        "og_table_add": (ct.c_int, [vp, vp, U64P, U64P, U64P, U64P, i64]),
+        "og_table_remove": (ct.c_int, [vp, vp, U64P, U64P, U64P, U64P, i64]),
+        "og_io_upcall_fd": (ct.c_int, [vp]),
+        "og_io_pop_upcall": (i32, [vp, ct.POINTER(u32), ct.c_char_p, u32]),
+        "og_io_send": (ct.c_int, [vp, u32, ct.c_char_p, u32]),
+    }
+    for name, (res, args) in sig.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    if lib.og_sizeof_entry() != ct.sizeof(CEntry) or lib.og_sizeof_meter() != ct.sizeof(CMeter):
+        raise BuildError("the C entry/meter layout differs from the Python one")
+
+
+class NativeLock:
+    """The data plane's lock for Python: a re-entrant Python lock that also holds the C mutex
+    while held, so table writes never run beside a packet in the C polling thread."""
+
+    def __init__(self, lib: ct.CDLL, dp: int) -> None:
+        self._rlock = threading.RLock()
+        self._lib = lib
+        self._dp = dp
+        self._depth = 0
+
+    def __enter__(self) -> NativeLock:
+        self._rlock.acquire()
+        if self._depth == 0:
+            self._lib.og_dp_lock(self._dp)
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._lib.og_dp_unlock(self._dp)
+        self._rlock.release()
+
+
+class CounterView:
+    """A counter cell, [packets, bytes], in C memory (a snapshot once detached)."""
+
+    __slots__ = ("_c", "_values")
+
+    def __init__(self, addr: int) -> None:
+        self._c: Any = (ct.c_uint64 * 2).from_address(addr)
+        self._values = [0, 0]
+
+    def __getitem__(self, i: int) -> int:
+        if self._c is None:
+            return self._values[i]
+        return int(self._c[i])
+
+    def __setitem__(self, i: int, value: int) -> None:
+        if self._c is None:
+            self._values[i] = value
+        else:
+            self._c[i] = value
+
+    def __len__(self) -> int:
+        return 2
+
+    def __iter__(self) -> Iterator[int]:
+        return iter((self[0], self[1]))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, tuple, CounterView)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+    def detach(self) -> None:
+        if self._c is not None:
+            self._values = [int(self._c[0]), int(self._c[1])]
+            self._c = None
+
+
+class NativeMeter(Meter):
+    """A meter whose state is a C `og_meter`: configured from Python, executed in ct."""
+
+    __slots__ = ("_addr", "_cm", "_lib")
+
+    def __init__(self, lib: ct.CDLL, addr: int, packets: bool) -> None:
+        super().__init__(packets)
+        self._lib = lib
+        self._addr: int | None = addr
+        self._cm: CMeter | None = CMeter.from_address(addr)
+
+    def configure(self, cir: int, cburst: int, pir: int, pburst: int) -> None:
+        super().configure(cir, cburst, pir, pburst)
+        if self._addr is not None:
+            self._lib.og_meter_configure(self._addr, float(cir), cburst, float(pir), pburst)
+
+    def clear(self) -> None:
+        super().clear()
+        if self._addr is not None:
+            self._lib.og_meter_clear(self._addr)
+
+    def execute(self, nbytes: int) -> int:
+        if self._addr is None:
+            return super().execute(nbytes)
+        return int(self._lib.og_meter_execute_api(self._addr, nbytes))
+
+    def detach(self) -> None:
+        self._addr = None
+        self._cm = None
+
+
+def _detach(e: tb.Entry) -> None:
+    """Make an entry's counter and meter independent of the C memory about to be freed."""
+    for obj in (e.ctr, e.meter):
+        detach = getattr(obj, "detach", None)
+        if detach is not None:
+            detach()
+
+
+class Mirror:
+    """Keeps the C tables equal to the Python ones (softswitch.tables.Table.observer)."""
+
+    def __init__(self, lib: ct.CDLL, dp: int, cprog: CProgram, program: Program) -> None:
+        self.lib = lib
+        self.dp = dp
+        self.cprog = cprog
+        self.program = program
+        self.c_of: dict[int, tuple[int, CEntry]] = {}  # id(entry) -> (C address, view)
+        self.defaults: dict[str, int] = {}
+        self.key_arrays: dict[int, tuple[Any, Any, Any, Any, int]] = {}
+        self.stride: dict[str, int] = {}
+        for name, t in program.tables.items():
+            self.stride[name] = 1 + max((len(a.params) for a in t.actions.values()), default=0)
+            t.observer = self
+            if t.profile is not None:
+                t.profile.observer = self
+            for e in list(t.entries.values()):
+                self.entry_added(t, e)
+            if t.default is not None:
+                self.default_set(t)
+
+    # ---- entries
+    def _new_c_entry(self, t: tb.Table, e: tb.Entry) -> tuple[int, CEntry]:
+        meter_packets = -1
+        if t.direct_meter is not None:
+            meter_packets = 1 if t.direct_meter.packets else 0
+        addr = self.lib.og_entry_new(len(e.data), meter_packets)
+        if not addr:
+            raise MemoryError("cannot allocate a native table entry")
+        view = CEntry.from_address(addr)
+        if e.action is not None and t.impl == "simple":
+            view.action = e.action.id
+            data = (ct.c_uint64 * len(e.data)).from_address(addr + ct.sizeof(CEntry))
+            for i, v in enumerate(e.data):
+                data[i] = v
+        else:
+            self._set_members(t, e, addr)
+        return addr, view
+
+    def _set_members(self, t: tb.Table, e: tb.Entry, addr: int) -> None:
+        stride = self.stride[t.name]
+        members: tuple[tb.Member, ...] = ()
+        is_group = 0
+        if e.member is not None:
+            members = (e.member,)
+        elif e.group is not None:
+            members = e.group.expanded
+            is_group = 1
+        words = (ct.c_uint64 * max(1, len(members) * stride))()
+        for i, m in enumerate(members):
+            words[i * stride] = m.action.id
+            for j, v in enumerate(m.data):
+                words[i * stride + 1 + j] = v
+        self.lib.og_entry_set_members(addr, len(members), stride, words, is_group)
+        CEntry.from_address(addr).action = -1
+
+    def _key(self, t: tb.Table, e: tb.Entry) -> tuple[Any, Any, Any, Any, int]:
+        n = len(t.kinds)
+        bits, mask = (ct.c_uint64 * n)(), (ct.c_uint64 * n)()
+        lo, hi = (ct.c_uint64 * n)(), (ct.c_uint64 * n)()
+        prio = e.priority if t.needs_priority else 0
+        for i, (kind, width, spec) in enumerate(zip(t.kinds, t.widths, e.key, strict=True)):
+            full = (1 << width) - 1
+            if kind in ("exact", "valid"):
+                bits[i], mask[i] = spec, full
+            elif kind == "lpm":
+                value, plen = spec
+                m = full ^ ((1 << (width - plen)) - 1)
+                bits[i], mask[i] = value & m, m
+                if not t.needs_priority:
+                    prio = plen
+            elif kind == "ternary":
+                bits[i], mask[i] = spec[0] & spec[1], spec[1]
+            elif kind == "optional":
+                if spec is not None:
+                    bits[i], mask[i] = spec, full
+            else:  # range
+                lo[i], hi[i] = spec
+        return bits, mask, lo, hi, prio
+
+    def entry_added(self, t: tb.Table, e: tb.Entry) -> None:
+        addr, view = self._new_c_entry(t, e)
+        if e.ctr is not None:
+            view.packets, view.bytes = e.ctr[0], e.ctr[1]
+            e.ctr = CounterView(addr)  # type: ignore[assignment]
+        view.last_hit = e.last_hit
+        if e.meter is not None and view.meter:
+            native = NativeMeter(self.lib, view.meter, e.meter.packets)
+            cfg = e.meter.config()
+            if cfg is not None:
+                native.configure(*cfg)
+            e.meter = native
+        key = self._key(t, e)
+        table = self.lib.og_dp_table(self.dp, self.cprog.tables[t.name].index)
+        if self.lib.og_table_add(table, addr, *key) != 0:
+            self.lib.og_entry_free(addr)
+            raise MemoryError(f"table {t.name!r}: cannot add a native entry")
+        self.c_of[id(e)] = (addr, view)
+        self.key_arrays[id(e)] = key
+
+    def entry_removed(self, t: tb.Table, e: tb.Entry) -> None:
+        item = self.c_of.pop(id(e), None)
+        if item is None:
+            return
+        addr, _ = item
+        key = self.key_arrays.pop(id(e))
+        table = self.lib.og_dp_table(self.dp, self.cprog.tables[t.name].index)
+        self.lib.og_table_remove(table, addr, *key)
+        _detach(e)
+        self.lib.og_entry_free(addr)
+
+    def cleared(self, t: tb.Table, entries: list[tb.Entry]) -> None:
+        for e in entries:
+            self.entry_removed(t, e)
+
+    def default_set(self, t: tb.Table) -> None:
+        index = self.cprog.tables[t.name].index
+        addr = 0
+        if t.default is not None:
+            addr, _ = self._new_c_entry(t, t.default)
+        self.lib.og_dp_set_default(self.dp, index, addr or None)
+        old = self.defaults.pop(t.name, 0)
+        if old:
+            self.lib.og_entry_free(old)
+        if addr:
+            self.defaults[t.name] = addr
+
+    def profile_changed(self, profile: tb.ActionProfile) -> None:
+        for t in self.program.tables.values():
+            if t.profile is profile:
+                for e in t.entries.values():
+                    item = self.c_of.get(id(e))
+                    if item is not None:
+                        self._set_members(t, e, item[0])
+
+    def sync_hits(self, t: tb.Table) -> None:
+        for e in t.entries.values():
+            item = self.c_of.get(id(e))
+            if item is not None:
+                hit = int(item[1].last_hit)
+                if hit > e.last_hit:
+                    e.last_hit = hit
+                    e.notified = False
+
+    def release(self) -> None:
+        for t in self.program.tables.values():
+            t.observer = None
+            if t.profile is not None:
+                t.profile.observer = None
+            for e in t.entries.values():
+                _detach(e)
+        for addr, _ in self.c_of.values():
+            self.lib.og_entry_free(addr)
+        for addr in self.defaults.values():
+            self.lib.og_entry_free(addr)
+        self.c_of.clear()
+        self.defaults.clear()
+
+
+class NativeDataplane:
+    """A program run by its compiled C (see the module docstring)."""
+
+    native = True
+
+    def __init__(
+        self, program: Program, lib: ct.CDLL, cprog: CProgram, digest_sink: DigestSink | None = None
+    ) -> None:
+        self.program = program
+        self.lib = lib
+        self.cprog = cprog
+        self.digest_sink = digest_sink
+        self.pre = (
+            Replication()
+        )  # accepted, unused: programs with multicast or clones run in Python
+        self.dropped_errors = 0
+        dp = lib.og_dp_new()
+        if not dp:
+            raise MemoryError("cannot allocate the native data plane")
+        self.dp: int = dp
+        self.lock = NativeLock(lib, dp)
+        self._out_port = ct.c_uint32()
+        self._obuf = lib.og_dp_obuf(dp)
+        self._digest_id = ct.c_uint32()
+        self._digest_values = (ct.c_uint64 * 32)()
+        self._io = 0
+        self._io_thread: threading.Thread | None = None
+        self._io_stop: tuple[int, int] | None = None
+        self.emit: Emit | None = None
+        with self.lock:
+            self._bind_externs()
+            self.mirror = Mirror(lib, dp, cprog, program)
+
+    def _bind_externs(self) -> None:
+        prog, lib, dp = self.program, self.lib, self.dp
+        for name, arr in prog.registers.items():
+            addr = lib.og_dp_register(dp, self.cprog.registers[name])
+            cells = (ct.c_uint64 * arr.size).from_address(addr)
+            for i, v in enumerate(arr.cells):
+                cells[i] = v
+            arr.cells = cells  # type: ignore[assignment]
+        for name, ctr in prog.counters.items():
+            if ctr.is_direct:
+                continue
+            addr = lib.og_dp_counter(dp, self.cprog.counters[name])
+            views = [CounterView(addr + 16 * i) for i in range(ctr.size)]
+            for view, (pk, by) in zip(views, ctr.cells, strict=True):
+                view[0], view[1] = pk, by
+            ctr.cells = views  # type: ignore[assignment]
+        for name, mtr in prog.meters.items():
+            if mtr.is_direct:
+                continue
+            base = lib.og_dp_meter(dp, self.cprog.meters[name])
+            size = ct.sizeof(CMeter)
+            natives: list[Meter] = []
+            for i, old in enumerate(mtr.meters):
+                nm = NativeMeter(lib, base + i * size, mtr.packets)
+                cfg = old.config()
+                if cfg is not None:
+                    nm.configure(*cfg)
+                natives.append(nm)
+            mtr.meters = natives
+
+    # ---- packets
+    def process(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
+        with self.lock._rlock:  # Python callers one at a time; the C call takes the C mutex
+            n = self.lib.og_dp_process(self.dp, port, frame, len(frame), ct.byref(self._out_port))
+            out = [(int(self._out_port.value), ct.string_at(self._obuf, n))] if n >= 0 else []
+        self.drain_digests()
+        return out
+
+    def drain_digests(self) -> None:
+        sink = self.digest_sink
+        while True:
+            n = self.lib.og_dp_pop_digest(
+                self.dp, ct.byref(self._digest_id), self._digest_values, 32
+            )
+            if n < 0:
+                return
+            if sink is not None:
+                sink(int(self._digest_id.value), tuple(self._digest_values[:n]))
+
+    def sync_hits(self, table: tb.Table) -> None:
+        self.mirror.sync_hits(table)
+
+    def run_batch(self, port: int, frames: list[bytes], rounds: int) -> int:
+        """Run `frames` `rounds` times through the pipeline in one C loop (no Python per
+        packet); returns how many were output. Digests they make are drained after."""
+        lens = (ct.c_uint32 * len(frames))(*(len(f) for f in frames))
+        with self.lock._rlock:
+            out = self.lib.og_dp_bench(self.dp, port, b"".join(frames), lens, len(frames), rounds)
+        self.drain_digests()
+        return int(out)
+
+    def counts(self) -> tuple[int, int, int]:
+        out = (ct.c_uint64 * 3)()
+        self.lib.og_dp_counts(self.dp, out)
+        return int(out[0]), int(out[1]), int(out[2])
+
+    # ---- ports in C
+    def open_ports(self, interfaces: dict[int, str], emit: Emit) -> None:
+        """Serve these interfaces from the C polling thread; `emit(port, frame)` receives what it
+        queues for the slow path (frames for ports without an interface)."""
+        n = len(interfaces)
+        nums = (ct.c_uint32 * n)(*interfaces.keys())
+        names = (ct.c_char_p * n)(*(name.encode() for name in interfaces.values()))
+        err = ct.create_string_buffer(512)
+        if self.lib.og_dp_io_open(self.dp, n, nums, names, err, len(err)) != 0:
+            raise OSError(err.value.decode(errors="replace"))
+        self._io = self.lib.og_dp_io(self.dp)
+        self.emit = emit
+        r, w = os.pipe()
+        self._io_stop = (r, w)
+        self._io_thread = threading.Thread(target=self._upcalls, name="native-upcalls", daemon=True)
+        self._io_thread.start()
+
+    def _upcalls(self) -> None:
+        assert self._io_stop is not None
+        fd = self.lib.og_io_upcall_fd(self._io)
+        stop_r = self._io_stop[0]
+        buf = ct.create_string_buffer(MAX_FRAME)
+        port = ct.c_uint32()
+        while True:
+            ready, _, _ = select.select([fd, stop_r], [], [], 1.0)
+            if stop_r in ready:
+                return
+            self.drain_digests()
+            while True:
+                n = self.lib.og_io_pop_upcall(self._io, ct.byref(port), buf, MAX_FRAME)
+                if n < 0:
+                    break
+                if self.emit is not None:
+                    try:
+                        self.emit(int(port.value), buf.raw[:n])
+                    except Exception:
+                        LOG.exception("slow-path frame for port %d", port.value)
+
+    def transmit(self, port: int, frame: bytes) -> bool:
+        """Send on a port served by C; False when C serves no ports."""
+        if not self._io:
+            return False
+        rc = self.lib.og_io_send(self._io, port, frame, len(frame))
+        if rc < -1:
+            LOG.debug("port %d: send failed: %s", port, os.strerror(-rc))
+        return True
+
+    @property
+    def owns_ports(self) -> bool:
+        return bool(self._io)
+
+    def close(self) -> None:
+        """Stop the polling thread and release the C state (the Python tables keep their
+        entries, with counters and meters detached from C)."""
+        if self._io_stop is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._io_stop[1], b"x")
+            if self._io_thread is not None:
+                self._io_thread.join(timeout=5)
+            for fd in self._io_stop:
+                os.close(fd)
+            self._io_stop = None
+        if self.dp:
+            self.lib.og_dp_io_close(self.dp)
+            self._io = 0
+            with self.lock:
+                self.mirror.release()
+            self.lib.og_dp_free(self.dp)
+            self.dp = 0
+
+
+_LIBS: dict[str, ct.CDLL] = {}
+
+
+def load_native(program: Program, digest_sink: DigestSink | None = None) -> NativeDataplane:
+    """The program's native data plane; raises UnsupportedError or BuildError saying why not."""
+    cprog = generate(program)
+    path = str(build(cprog.source))
+    lib = _LIBS.get(path)
+    if lib is None:
+        lib = ct.CDLL(path)
+        _bind(lib)
+        _LIBS[path] = lib
+    return NativeDataplane(program, lib, cprog, digest_sink)
+
+
+__all__ = ["BuildError", "NativeDataplane", "UnsupportedError", "load_native"]

@@ -1,0 +1,212 @@
+/* The exported API of a compiled program (bound by softswitch/native/dataplane.py with ctypes).
+ * Included at the end of the generated file, after og_walk and og_dp_init_objects. */
+#define OG_API __attribute__((visibility("default")))
+
+static inline uint64_t og_rng_between(og_dp *dp, uint64_t lo, uint64_t hi) {
+    uint64_t x = dp->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    dp->rng = x;
+    if (hi <= lo) return lo;
+    uint64_t span = hi - lo + 1;
+    return span ? lo + x % span : x;
+}
+
+OG_API og_dp *og_dp_new(void) {
+    pthread_once(&og_crc32_once, og_crc32_init);
+    og_dp *dp = calloc(1, sizeof(og_dp));
+    if (!dp) return NULL;
+    pthread_mutex_init(&dp->lock, NULL);
+    dp->start_ns = og_now_ns();
+    dp->rng = 0x9E3779B97F4A7C15ULL ^ (uint64_t)dp->start_ns;
+    dp->digests.items = calloc(OG_DIGEST_RING, sizeof(og_digest));
+    og_dp_init_objects(dp);
+    return dp;
+}
+
+OG_API void og_dp_free(og_dp *dp) {
+    if (!dp) return;
+    if (dp->io) og_io_free(dp->io);
+    for (int i = 0; i < OG_NTABLES; i++)
+        if (dp->t[i]) og_table_free(dp->t[i]);
+    for (int i = 0; i < OG_NREGS; i++) free(dp->reg[i]);
+    for (int i = 0; i < OG_NCTRS; i++) free(dp->ctr[i]);
+    for (int i = 0; i < OG_NMTRS; i++) free(dp->mtr[i]);
+    free(dp->digests.items);
+    pthread_mutex_destroy(&dp->lock);
+    free(dp);
+}
+
+OG_API void og_dp_lock(og_dp *dp) { pthread_mutex_lock(&dp->lock); }
+OG_API void og_dp_unlock(og_dp *dp) { pthread_mutex_unlock(&dp->lock); }
+
+/* One frame through the switch, from Python; the output frame (length returned, -1 if dropped)
+ * is in og_dp_obuf(dp) until the next call. Python serialises its own calls. */
+OG_API int32_t og_dp_process(og_dp *dp, uint32_t port, const uint8_t *data, uint32_t len,
+                             uint32_t *out_port) {
+    pthread_mutex_lock(&dp->lock);
+    dp->packets++;
+    int32_t n = og_walk(dp, port, data, len, dp->obuf_py, out_port);
+    if (n < 0) dp->dropped++;
+    pthread_mutex_unlock(&dp->lock);
+    return n;
+}
+
+OG_API uint8_t *og_dp_obuf(og_dp *dp) { return dp->obuf_py; }
+
+/* The same, for the polling thread of og_io: no Python anywhere. */
+static uint32_t og_dp_io_process(void *ctx, uint32_t in_port, const uint8_t *frame, uint32_t len,
+                                 og_frame *out, uint32_t max_out) {
+    og_dp *dp = ctx;
+    uint32_t port = 0;
+    if (!max_out) return 0;
+    pthread_mutex_lock(&dp->lock);
+    int had_digests = dp->digests.head != dp->digests.tail;
+    dp->packets++;
+    int32_t n = og_walk(dp, in_port, frame, len, dp->obuf_io, &port);
+    if (n < 0) dp->dropped++;
+    int has_digests = dp->digests.head != dp->digests.tail;
+    pthread_mutex_unlock(&dp->lock);
+    if (has_digests && !had_digests && dp->io) og_io_notify(dp->io);
+    if (n <= 0) return 0; /* dropped, or nothing left to send */
+    out[0].port = port;
+    out[0].len = (uint32_t)n;
+    out[0].data = dp->obuf_io;
+    return 1;
+}
+
+/* Attach Linux interfaces as ports and start the polling thread. 0, or -1 with err filled. */
+OG_API int og_dp_io_open(og_dp *dp, uint32_t nports, const uint32_t *port_nums,
+                         const char *const *ifnames, char *err, uint32_t errlen) {
+    if (dp->io) return 0;
+    og_io *io = og_io_new(nports, port_nums, ifnames, og_dp_io_process, dp, err, errlen);
+    if (!io) return -1;
+    dp->io = io;
+    int rc = og_io_start(io);
+    if (rc) {
+        snprintf(err, errlen, "cannot start the polling thread: %s", strerror(-rc));
+        og_io_free(io);
+        dp->io = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+OG_API og_io *og_dp_io(og_dp *dp) { return dp->io; }
+
+OG_API void og_dp_io_close(og_dp *dp) {
+    if (dp->io) {
+        og_io_free(dp->io);
+        dp->io = NULL;
+    }
+}
+
+OG_API int32_t og_dp_pop_digest(og_dp *dp, uint32_t *id, uint64_t *values, uint32_t max) {
+    int32_t n = -1;
+    pthread_mutex_lock(&dp->lock);
+    og_digest_ring *r = &dp->digests;
+    if (r->tail != r->head) {
+        og_digest *d = &r->items[r->tail];
+        *id = d->id;
+        n = (int32_t)(d->n < max ? d->n : max);
+        memcpy(values, d->v, (size_t)n * sizeof(uint64_t));
+        r->tail = (r->tail + 1) % OG_DIGEST_RING;
+    }
+    pthread_mutex_unlock(&dp->lock);
+    return n;
+}
+
+OG_API void og_dp_counts(og_dp *dp, uint64_t *out) {
+    out[0] = dp->packets;
+    out[1] = dp->dropped;
+    out[2] = dp->digests.drops;
+}
+
+OG_API og_table *og_dp_table(og_dp *dp, uint32_t i) { return i < OG_NTABLES ? dp->t[i] : NULL; }
+OG_API void og_dp_set_default(og_dp *dp, uint32_t i, og_entry *e) {
+    if (i < OG_NTABLES) dp->def[i] = e;
+}
+OG_API uint64_t *og_dp_register(og_dp *dp, uint32_t i) { return i < OG_NREGS ? dp->reg[i] : NULL; }
+OG_API uint64_t *og_dp_counter(og_dp *dp, uint32_t i) { return i < OG_NCTRS ? dp->ctr[i] : NULL; }
+OG_API og_meter *og_dp_meter(og_dp *dp, uint32_t i) { return i < OG_NMTRS ? dp->mtr[i] : NULL; }
+
+/* ------------------------------------------------------------------ entries and meters */
+OG_API og_entry *og_entry_new(uint32_t ndata, int32_t meter_packets) {
+    og_entry *e = calloc(1, sizeof(og_entry) + (size_t)ndata * sizeof(uint64_t));
+    if (!e) return NULL;
+    e->ndata = ndata;
+    e->action = -1;
+    if (meter_packets >= 0) {
+        e->meter = calloc(1, sizeof(og_meter));
+        if (!e->meter) {
+            free(e);
+            return NULL;
+        }
+        e->meter->packets = meter_packets;
+    }
+    return e;
+}
+
+OG_API void og_entry_free(og_entry *e) {
+    if (!e) return;
+    free(e->meter);
+    free(e->members);
+    free(e);
+}
+
+OG_API int og_entry_set_members(og_entry *e, uint32_t n, uint32_t stride, const uint64_t *words,
+                                uint32_t is_group) {
+    uint64_t *copy = NULL;
+    if (n) {
+        copy = malloc((size_t)n * stride * sizeof(uint64_t));
+        if (!copy) return -1;
+        memcpy(copy, words, (size_t)n * stride * sizeof(uint64_t));
+    }
+    free(e->members);
+    e->members = copy;
+    e->nmembers = n;
+    e->stride = stride;
+    e->is_group = is_group;
+    return 0;
+}
+
+OG_API void og_meter_configure(og_meter *m, double cir, int64_t cburst, double pir, int64_t pburst) {
+    m->rate[0] = pir;
+    m->burst[0] = pburst;
+    m->rate[1] = cir;
+    m->burst[1] = cburst;
+    m->tokens[0] = pburst;
+    m->tokens[1] = cburst;
+    m->tokens_last[0] = m->tokens_last[1] = 0;
+    m->origin = og_now_ns();
+    m->configured = 1;
+}
+
+OG_API void og_meter_clear(og_meter *m) { m->configured = 0; }
+OG_API uint32_t og_meter_execute_api(og_meter *m, uint32_t nbytes) {
+    return (uint32_t)og_meter_execute(m, nbytes);
+}
+
+OG_API uint32_t og_sizeof_entry(void) { return (uint32_t)sizeof(og_entry); }
+OG_API uint32_t og_sizeof_meter(void) { return (uint32_t)sizeof(og_meter); }
+
+/* Run n frames (concatenated in blob, lengths in lens) through the pipeline `rounds` times with
+ * no Python in between (bench/bench_softswitch.py's "C loop" figure); returns the frames output. */
+OG_API uint64_t og_dp_bench(og_dp *dp, uint32_t port, const uint8_t *blob, const uint32_t *lens,
+                            uint32_t n, uint32_t rounds) {
+    uint64_t out = 0;
+    uint32_t out_port = 0;
+    for (uint32_t r = 0; r < rounds; r++) {
+        const uint8_t *p = blob;
+        for (uint32_t i = 0; i < n; i++) {
+            pthread_mutex_lock(&dp->lock);
+            int32_t len = og_walk(dp, port, p, lens[i], dp->obuf_py, &out_port);
+            pthread_mutex_unlock(&dp->lock);
+            if (len >= 0) out++;
+            p += lens[i];
+        }
+    }
+    dp->packets += (uint64_t)n * rounds;
+    return out;
+}

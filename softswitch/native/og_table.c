@@ -1,0 +1,790 @@
+/* The lookup index of a match-action table: tuple-space search, as softswitch/tables.py's
+ * TernaryIndex does it in Python, for every kind of key (exact, lpm, ternary, range, optional).
+ *
+ * What it is.
+ *   Entries are grouped by their mask vector: one mask word per non-range field (exact: all ones,
+ *   lpm: the prefix mask, ternary: its mask, optional: all ones or 0). Range fields take no part
+ *   in the grouping (their mask is 0); each entry keeps its [lo, hi] per range field and the
+ *   bucket checks them.
+ *   - A group is an open-addressing hash table (linear probing, power-of-two capacity, at most half
+ *     full, backward-shift deletion so there are no tombstones) from the masked key to a bucket.
+ *     A slot holds the bucket pointer, the masked key itself and, in a table without range fields,
+ *     the bucket's winning value: an exact lookup is one hash and one slot read.
+ *   - A bucket holds the entries of one masked key, sorted by decreasing rank. The rank of an entry
+ *     is (priority, then earlier-added first): each entry carries the sequence number of its add.
+ *   - Each group keeps its buckets in a binary max-heap by the rank of their first entry, so the
+ *     group's best rank (heap[0]) stays exact through removes at O(log n).
+ *   - The table keeps its groups sorted by best rank. A lookup probes the groups in that order and
+ *     stops at the first group whose best rank cannot beat the match found so far. An exact table
+ *     is one group and one probe; an LPM table (priority = prefix length) is one group per prefix
+ *     length, probed longest first, stopping at the first hit.
+ *   - A bucket of OG_IV_MIN (9) entries or more in a table with exactly one range field (HSM's
+ *     port segment tables: thousands of disjoint port ranges under one exact version) gets an
+ *     elementary-interval index: the sorted starts of the intervals that the entries' bounds cut
+ *     the field into, each with its winning entry, found by binary search. It is built by painting
+ *     the entries in decreasing rank (a union-find skips painted intervals, as tables.py's
+ *     paint_intervals). An add splits at most two intervals and paints the new entry over those of
+ *     its span that it beats; a remove repaints the intervals the removed entry won with the best
+ *     of the others. Bounds of removed entries stay as interval starts until there are more than
+ *     four starts per entry; the index is then built again. Other buckets are scanned in rank
+ *     order, stopping at the first entry whose ranges hold.
+ *   - A lookup works out the next group's masked key and hash one group ahead and prefetches its
+ *     slot, so that the probes of a miss across many groups overlap.
+ *
+ * Why.
+ *   Lookups run on the data plane's threads, several at once, without the caller's lock; adds,
+ *   removes and clears run under it. So everything a lookup reads (group order, best ranks, cached
+ *   winners, interval indexes) is brought up to date eagerly by add and remove, and lookup writes
+ *   nothing. Adds and removes cost O(log n) amortised (bucket insertion, heap sift, hash growth)
+ *   plus O(groups) to find the group and re-sort the group list, plus, in a bucket with an interval
+ *   index, O(m) for its m entries (O(m log m) when the index is built again). An allocation
+ *   failure while keeping an interval index drops the index (the bucket is then scanned, which is
+ *   correct) and the next change of that bucket tries again.
+ *
+ * Not done: tuple pruning (tables.py's PRUNE_GROUPS): a miss visits every group, so a ternary
+ * table with hundreds of distinct mask vectors costs one probe per mask vector.
+ */
+#include "og_table.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* exported even when the object is built with -fvisibility=hidden (Python calls these) */
+#if defined(__GNUC__)
+#define OG_TABLE_API __attribute__((visibility("default")))
+#define OG_TABLE_LIKELY(x) __builtin_expect(!!(x), 1)
+#define OG_TABLE_PREFETCH(p) __builtin_prefetch(p)
+#else
+#define OG_TABLE_API
+#define OG_TABLE_LIKELY(x) (x)
+#define OG_TABLE_PREFETCH(p) ((void)(p))
+#endif
+
+#define OG_MAX_FIELDS 16
+#define OG_IV_MIN 9        /* buckets with at least this many entries get an interval index */
+#define OG_GROUP_CAP0 8    /* slots of a new group */
+
+/* An entry, in a bucket: E_WORDS + 2 * nranges words. */
+enum { E_VALUE = 0, E_PRIO = 1, E_SEQ = 2, E_WORDS = 3 }; /* then lo, hi per range field */
+
+/* A slot of a group's hash table: S_WORDS + nk words; S_BUCKET 0 marks a free slot. */
+enum { S_BUCKET = 0, S_VALUE = 1, S_WORDS = 2 }; /* then the masked key */
+
+typedef struct og_win { /* the winner of an elementary interval (value NULL: none) */
+    void *value;
+    int64_t prio;
+    uint64_t seq;
+} og_win;
+
+typedef struct og_iv { /* elementary intervals: [starts[i], starts[i + 1]) is won by win[i] */
+    uint32_t n, cap;
+    uint64_t *starts;
+    og_win *win;
+} og_iv;
+
+typedef struct og_bucket {
+    uint32_t n, cap; /* entries */
+    uint32_t heap_at; /* position in its group's heap */
+    uint32_t pad_;
+    og_iv *iv;      /* interval index, or NULL */
+    uint64_t e[];   /* cap entries of t->estride words, by decreasing rank */
+} og_bucket;
+
+typedef struct og_group {
+    int64_t best_prio; /* the rank of heap[0]'s first entry */
+    uint64_t best_seq;
+    uint64_t *slots;    /* capmask + 1 slots of t->sstride words */
+    uint64_t capmask;
+    uint64_t used;      /* buckets, which is also the heap's size */
+    og_bucket **heap;   /* max-heap of buckets by the rank of their first entry */
+    uint64_t heapcap;
+    uint32_t at;        /* position in t->order */
+    uint32_t pad_;
+    uint64_t mask[];    /* nk words */
+} og_group;
+
+struct og_table {
+    uint32_t nfields;
+    uint32_t nk;       /* non-range fields: the hashed part of the key */
+    uint32_t nranges;  /* range fields: checked per entry */
+    uint32_t estride;  /* words per entry */
+    uint32_t sstride;  /* words per slot */
+    uint32_t ngroups, groupcap;
+    uint32_t pad_;
+    uint32_t kpos[OG_MAX_FIELDS]; /* field index of each hashed word */
+    uint32_t rpos[OG_MAX_FIELDS]; /* field index of each range */
+    og_group **order;  /* groups by decreasing best rank */
+    uint64_t size;
+    uint64_t seq;      /* sequence number of the next add */
+};
+
+/* ------------------------------------------------------------------ small helpers */
+static inline uint64_t ptr_word(const void *p) { return (uint64_t)(uintptr_t)p; }
+static inline void *word_ptr(uint64_t w) { return (void *)(uintptr_t)w; }
+
+/* Does rank (p1, s1) beat rank (p2, s2): a larger priority, or the same and added earlier. */
+static inline int beats(int64_t p1, uint64_t s1, int64_t p2, uint64_t s2) {
+    return p1 > p2 || (p1 == p2 && s1 < s2);
+}
+
+static inline int words_eq(const uint64_t *a, const uint64_t *b, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
+/* A hash of n words: a multiply-xorshift step per word (a bijection of the word for a given
+ * state) and murmur3's 64-bit finaliser, whose low bits index the slots. */
+static inline uint64_t hash_words(const uint64_t *w, uint32_t n) {
+    uint64_t h = 0x243f6a8885a308d3ULL;
+    for (uint32_t i = 0; i < n; i++) {
+        h = (h ^ w[i]) * 0x9e3779b97f4a7c15ULL;
+        h ^= h >> 32;
+    }
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
+#define ENTRY(t, b, i) ((b)->e + (size_t)(i) * (t)->estride)
+#define SLOT(t, g, i) ((g)->slots + (size_t)(i) * (t)->sstride)
+
+static inline int64_t e_prio(const uint64_t *e) { return (int64_t)e[E_PRIO]; }
+
+static inline int bucket_beats(const og_bucket *a, const og_bucket *b) {
+    return beats(e_prio(a->e), a->e[E_SEQ], e_prio(b->e), b->e[E_SEQ]);
+}
+
+static inline int group_beats(const og_group *a, const og_group *b) {
+    return beats(a->best_prio, a->best_seq, b->best_prio, b->best_seq);
+}
+
+/* ------------------------------------------------------------------ hash table of a group */
+static inline uint64_t *slot_find(const og_table *t, const og_group *g, const uint64_t *mk,
+                                  uint64_t h) {
+    for (uint64_t i = h & g->capmask;; i = (i + 1) & g->capmask) {
+        uint64_t *s = SLOT(t, g, i);
+        if (!s[S_BUCKET]) return NULL;
+        if (words_eq(s + S_WORDS, mk, t->nk)) return s;
+    }
+}
+
+static inline uint64_t *slot_free_at(const og_table *t, const og_group *g, uint64_t h) {
+    for (uint64_t i = h & g->capmask;; i = (i + 1) & g->capmask) {
+        uint64_t *s = SLOT(t, g, i);
+        if (!s[S_BUCKET]) return s;
+    }
+}
+
+static int slots_resize(const og_table *t, og_group *g, uint64_t cap) {
+    size_t ss = t->sstride;
+    uint64_t *slots = calloc((size_t)cap, ss * sizeof(uint64_t));
+    if (!slots) return -1;
+    uint64_t *old = g->slots, oldcap = g->capmask + 1;
+    g->slots = slots;
+    g->capmask = cap - 1;
+    for (uint64_t i = 0; i < oldcap; i++) {
+        const uint64_t *s = old + i * ss;
+        if (s[S_BUCKET])
+            memcpy(slot_free_at(t, g, hash_words(s + S_WORDS, t->nk)), s, ss * sizeof(uint64_t));
+    }
+    free(old);
+    return 0;
+}
+
+/* Free slot s, shifting back the slots after it that probing would no longer reach. */
+static void slot_delete(const og_table *t, og_group *g, uint64_t *s) {
+    size_t ss = t->sstride;
+    uint64_t m = g->capmask, i = (uint64_t)(s - g->slots) / ss, j = i;
+    for (;;) {
+        j = (j + 1) & m;
+        uint64_t *sj = SLOT(t, g, j);
+        if (!sj[S_BUCKET]) break;
+        uint64_t home = hash_words(sj + S_WORDS, t->nk) & m;
+        /* sj stays if its home lies cyclically in (i, j]: probing from there never passes i */
+        if (i <= j ? (home > i && home <= j) : (home > i || home <= j)) continue;
+        memcpy(SLOT(t, g, i), sj, ss * sizeof(uint64_t));
+        i = j;
+    }
+    memset(SLOT(t, g, i), 0, ss * sizeof(uint64_t));
+}
+
+/* ------------------------------------------------------------------ heap of a group's buckets */
+static void heap_set(og_group *g, uint64_t i, og_bucket *b) {
+    g->heap[i] = b;
+    b->heap_at = (uint32_t)i;
+}
+
+static void heap_up(og_group *g, uint64_t i) {
+    og_bucket *b = g->heap[i];
+    while (i > 0) {
+        uint64_t p = (i - 1) / 2;
+        if (!bucket_beats(b, g->heap[p])) break;
+        heap_set(g, i, g->heap[p]);
+        i = p;
+    }
+    heap_set(g, i, b);
+}
+
+static void heap_down(og_group *g, uint64_t i) {
+    og_bucket *b = g->heap[i];
+    uint64_t n = g->used;
+    for (;;) {
+        uint64_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && bucket_beats(g->heap[c + 1], g->heap[c])) c++;
+        if (!bucket_beats(g->heap[c], b)) break;
+        heap_set(g, i, g->heap[c]);
+        i = c;
+    }
+    heap_set(g, i, b);
+}
+
+/* Take heap[i] out; the group has one bucket fewer. */
+static void heap_remove(og_group *g, uint64_t i) {
+    uint64_t last = --g->used;
+    if (i == last) return;
+    og_bucket *moved = g->heap[last];
+    heap_set(g, i, moved);
+    heap_up(g, i);
+    heap_down(g, moved->heap_at);
+}
+
+/* ------------------------------------------------------------------ group order */
+static void order_fix(og_table *t, uint32_t i) {
+    og_group **o = t->order, *g = o[i];
+    while (i > 0 && group_beats(g, o[i - 1])) {
+        o[i] = o[i - 1];
+        o[i]->at = i;
+        i--;
+    }
+    while (i + 1 < t->ngroups && group_beats(o[i + 1], g)) {
+        o[i] = o[i + 1];
+        o[i]->at = i;
+        i++;
+    }
+    o[i] = g;
+    g->at = i;
+}
+
+/* Take the group's best rank from its heap again and move it to its place in the order. */
+static void group_refresh(og_table *t, og_group *g) {
+    const og_bucket *b = g->heap[0];
+    int64_t p = e_prio(b->e);
+    uint64_t s = b->e[E_SEQ];
+    if (p == g->best_prio && s == g->best_seq) return;
+    g->best_prio = p;
+    g->best_seq = s;
+    order_fix(t, g->at);
+}
+
+static og_group *group_find(const og_table *t, const uint64_t *mv) {
+    for (uint32_t i = 0; i < t->ngroups; i++)
+        if (words_eq(t->order[i]->mask, mv, t->nk)) return t->order[i];
+    return NULL;
+}
+
+static og_group *group_new(const og_table *t, const uint64_t *mv) {
+    og_group *g = calloc(1, sizeof(og_group) + t->nk * sizeof(uint64_t));
+    if (!g) return NULL;
+    memcpy(g->mask, mv, t->nk * sizeof(uint64_t));
+    g->slots = calloc(OG_GROUP_CAP0, t->sstride * sizeof(uint64_t));
+    g->heap = malloc(OG_GROUP_CAP0 / 2 * sizeof(og_bucket *));
+    if (!g->slots || !g->heap) {
+        free(g->slots);
+        free(g->heap);
+        free(g);
+        return NULL;
+    }
+    g->capmask = OG_GROUP_CAP0 - 1;
+    g->heapcap = OG_GROUP_CAP0 / 2;
+    return g;
+}
+
+static void iv_free(og_iv *iv) {
+    if (!iv) return;
+    free(iv->starts);
+    free(iv->win);
+    free(iv);
+}
+
+static void group_free(const og_table *t, og_group *g) {
+    for (uint64_t i = 0; i <= g->capmask; i++) {
+        og_bucket *b = word_ptr(SLOT(t, g, i)[S_BUCKET]);
+        if (b) {
+            iv_free(b->iv);
+            free(b);
+        }
+    }
+    free(g->slots);
+    free(g->heap);
+    free(g);
+}
+
+static void order_remove(og_table *t, uint32_t i) {
+    t->ngroups--;
+    for (; i < t->ngroups; i++) {
+        t->order[i] = t->order[i + 1];
+        t->order[i]->at = i;
+    }
+}
+
+/* ------------------------------------------------------------------ interval index */
+/* The first index in starts[0..n) whose start is >= x. */
+static inline uint32_t lower_bound(const uint64_t *starts, uint32_t n, uint64_t x) {
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (starts[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static uint32_t uf_find(uint32_t *next, uint32_t i) {
+    while (next[i] != i) {
+        next[i] = next[next[i]];
+        i = next[i];
+    }
+    return i;
+}
+
+static inline og_win win_of(const uint64_t *e) {
+    og_win w = {word_ptr(e[E_VALUE]), e_prio(e), e[E_SEQ]};
+    return w;
+}
+
+/* Build b's interval index from scratch (the only range field's bounds are e[3], e[4]). On an
+ * allocation failure the bucket is left without one. */
+static void iv_build(const og_table *t, og_bucket *b) {
+    iv_free(b->iv);
+    b->iv = NULL;
+    uint32_t m = b->n, np = 0;
+    og_iv *iv = calloc(1, sizeof *iv);
+    uint32_t *next = NULL;
+    if (!iv) return;
+    iv->cap = 2 * m + 2;
+    iv->starts = malloc(iv->cap * sizeof(uint64_t));
+    iv->win = calloc(iv->cap, sizeof(og_win));
+    next = malloc((2 * (size_t)m + 1) * sizeof(uint32_t));
+    if (!iv->starts || !iv->win || !next) goto fail;
+    for (uint32_t k = 0; k < m; k++) {
+        const uint64_t *e = ENTRY(t, b, k);
+        uint64_t lo = e[E_WORDS], hi = e[E_WORDS + 1];
+        if (lo > hi) continue;
+        iv->starts[np++] = lo;
+        if (hi != UINT64_MAX) iv->starts[np++] = hi + 1;
+    }
+    qsort(iv->starts, np, sizeof(uint64_t), cmp_u64);
+    uint32_t u = 0;
+    for (uint32_t i = 0; i < np; i++)
+        if (u == 0 || iv->starts[i] != iv->starts[u - 1]) iv->starts[u++] = iv->starts[i];
+    np = iv->n = u;
+    for (uint32_t i = 0; i <= np; i++) next[i] = i;
+    /* paint by decreasing rank: the first entry to cover an interval wins it */
+    for (uint32_t k = 0; k < m; k++) {
+        const uint64_t *e = ENTRY(t, b, k);
+        uint64_t lo = e[E_WORDS], hi = e[E_WORDS + 1];
+        if (lo > hi) continue;
+        uint32_t end = hi == UINT64_MAX ? np : lower_bound(iv->starts, np, hi + 1);
+        for (uint32_t i = uf_find(next, lower_bound(iv->starts, np, lo)); i < end;
+             i = uf_find(next, i + 1)) {
+            iv->win[i] = win_of(e);
+            next[i] = i + 1;
+        }
+    }
+    free(next);
+    b->iv = iv;
+    return;
+fail:
+    free(next);
+    iv_free(iv);
+}
+
+/* The index of the interval starting at x, splitting the interval that holds x if need be. */
+static uint32_t iv_split(og_iv *iv, uint64_t x) {
+    uint32_t p = lower_bound(iv->starts, iv->n, x);
+    if (p < iv->n && iv->starts[p] == x) return p;
+    memmove(iv->starts + p + 1, iv->starts + p, (iv->n - p) * sizeof(uint64_t));
+    memmove(iv->win + p + 1, iv->win + p, (iv->n - p) * sizeof(og_win));
+    iv->starts[p] = x;
+    if (p > 0)
+        iv->win[p] = iv->win[p - 1];
+    else
+        memset(&iv->win[p], 0, sizeof(og_win));
+    iv->n++;
+    return p;
+}
+
+/* Paint the new entry e into the index; -1 on an allocation failure (the index is then stale). */
+static int iv_insert(og_iv *iv, const uint64_t *e) {
+    uint64_t lo = e[E_WORDS], hi = e[E_WORDS + 1];
+    if (lo > hi) return 0;
+    if (iv->n + 2 > iv->cap) {
+        uint32_t cap = 2 * iv->cap + 2;
+        uint64_t *starts = realloc(iv->starts, cap * sizeof(uint64_t));
+        if (!starts) return -1;
+        iv->starts = starts;
+        og_win *win = realloc(iv->win, cap * sizeof(og_win));
+        if (!win) return -1;
+        iv->win = win;
+        iv->cap = cap;
+    }
+    uint32_t a = iv_split(iv, lo);
+    uint32_t end = hi == UINT64_MAX ? iv->n : iv_split(iv, hi + 1);
+    og_win w = win_of(e);
+    for (uint32_t i = a; i < end; i++)
+        if (!iv->win[i].value || beats(w.prio, w.seq, iv->win[i].prio, iv->win[i].seq))
+            iv->win[i] = w;
+    return 0;
+}
+
+/* Take the removed entry `gone` out of b's index: the intervals it won go to the best of the
+ * remaining entries that cover them (painted by decreasing rank, as in iv_build, over the removed
+ * entry's span only). Its bounds stay as interval starts. -1 on an allocation failure. */
+static int iv_unpaint(const og_table *t, og_bucket *b, const uint64_t *gone) {
+    og_iv *iv = b->iv;
+    uint64_t lo = gone[E_WORDS], hi = gone[E_WORDS + 1];
+    if (lo > hi) return 0;
+    uint32_t a = lower_bound(iv->starts, iv->n, lo);
+    uint32_t end = hi == UINT64_MAX ? iv->n : lower_bound(iv->starts, iv->n, hi + 1);
+    uint32_t span = end - a, cleared = 0;
+    uint32_t *next = malloc(((size_t)span + 1) * sizeof(uint32_t)); /* relative to a */
+    if (!next) return -1;
+    for (uint32_t i = 0; i < span; i++) {
+        og_win *w = &iv->win[a + i];
+        next[i] = i + 1;
+        if (w->value && w->seq == gone[E_SEQ]) {
+            memset(w, 0, sizeof *w);
+            next[i] = i;
+            cleared++;
+        }
+    }
+    next[span] = span;
+    for (uint32_t k = 0; k < b->n && cleared; k++) {
+        const uint64_t *e = ENTRY(t, b, k);
+        uint64_t elo = e[E_WORDS], ehi = e[E_WORDS + 1];
+        if (elo > ehi || ehi < lo || elo > hi) continue;
+        uint32_t from = elo <= lo ? 0 : lower_bound(iv->starts, iv->n, elo) - a;
+        uint32_t to = ehi >= hi ? span : lower_bound(iv->starts, iv->n, ehi + 1) - a;
+        for (uint32_t i = uf_find(next, from); i < to; i = uf_find(next, i + 1)) {
+            iv->win[a + i] = win_of(e);
+            next[i] = i + 1;
+            cleared--;
+        }
+    }
+    free(next);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ public API */
+OG_TABLE_API og_table *og_table_new(uint32_t nfields, const uint8_t *kinds, const uint8_t *widths) {
+    if (nfields > OG_MAX_FIELDS || (nfields && (!kinds || !widths))) return NULL;
+    for (uint32_t i = 0; i < nfields; i++)
+        if (kinds[i] > OG_MATCH_OPTIONAL || widths[i] < 1 || widths[i] > 64) return NULL;
+    og_table *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->nfields = nfields;
+    for (uint32_t i = 0; i < nfields; i++) {
+        if (kinds[i] == OG_MATCH_RANGE)
+            t->rpos[t->nranges++] = i;
+        else
+            t->kpos[t->nk++] = i;
+    }
+    t->estride = E_WORDS + 2 * t->nranges;
+    t->sstride = S_WORDS + t->nk;
+    return t;
+}
+
+OG_TABLE_API void og_table_clear(og_table *t) {
+    if (!t) return;
+    for (uint32_t i = 0; i < t->ngroups; i++) group_free(t, t->order[i]);
+    t->ngroups = 0;
+    t->size = 0;
+    t->seq = 0;
+}
+
+OG_TABLE_API void og_table_free(og_table *t) {
+    if (!t) return;
+    og_table_clear(t);
+    free(t->order);
+    free(t);
+}
+
+OG_TABLE_API uint64_t og_table_size(const og_table *t) { return t ? t->size : 0; }
+
+/* The mask vector and masked key of an entry. */
+static void entry_key(const og_table *t, const uint64_t *bits, const uint64_t *mask, uint64_t *mv,
+                      uint64_t *mk) {
+    for (uint32_t j = 0; j < t->nk; j++) {
+        uint32_t f = t->kpos[j];
+        mv[j] = mask[f];
+        mk[j] = bits[f] & mask[f];
+    }
+}
+
+OG_TABLE_API int og_table_add(og_table *t, void *value, const uint64_t *value_bits,
+                              const uint64_t *mask, const uint64_t *lo, const uint64_t *hi,
+                              int64_t priority) {
+    if (!t || !value || !t->nfields || (t->nk && (!value_bits || !mask)) ||
+        (t->nranges && (!lo || !hi)))
+        return -1;
+    uint64_t mv[OG_MAX_FIELDS] = {0}, mk[OG_MAX_FIELDS] = {0};
+    entry_key(t, value_bits, mask, mv, mk);
+
+    og_group *g = group_find(t, mv);
+    int fresh = 0;
+    if (!g) {
+        if (t->ngroups == t->groupcap) {
+            uint32_t cap = t->groupcap ? 2 * t->groupcap : 8;
+            og_group **order = realloc(t->order, cap * sizeof(og_group *));
+            if (!order) return -1;
+            t->order = order;
+            t->groupcap = cap;
+        }
+        if (!(g = group_new(t, mv))) return -1;
+        fresh = 1;
+    }
+
+    uint64_t h = hash_words(mk, t->nk);
+    uint64_t *s = slot_find(t, g, mk, h);
+    og_bucket *b;
+    uint32_t pos;
+    if (!s) { /* a new bucket */
+        if (g->used == g->heapcap) {
+            og_bucket **heap = realloc(g->heap, 2 * g->heapcap * sizeof(og_bucket *));
+            if (!heap) goto fail;
+            g->heap = heap;
+            g->heapcap *= 2;
+        }
+        if ((g->used + 1) * 2 > g->capmask + 1 && slots_resize(t, g, 2 * (g->capmask + 1)))
+            goto fail;
+        b = malloc(sizeof(og_bucket) + t->estride * sizeof(uint64_t));
+        if (!b) goto fail;
+        b->n = 0;
+        b->cap = 1;
+        b->pad_ = 0;
+        b->iv = NULL;
+        s = slot_free_at(t, g, h);
+        s[S_BUCKET] = ptr_word(b);
+        memcpy(s + S_WORDS, mk, t->nk * sizeof(uint64_t));
+        heap_set(g, g->used++, b);
+        pos = 0;
+    } else {
+        b = word_ptr(s[S_BUCKET]);
+        if (b->n == b->cap) {
+            uint32_t cap = 2 * b->cap;
+            size_t bytes = sizeof(og_bucket) + (size_t)cap * t->estride * sizeof(uint64_t);
+            og_bucket *nb = realloc(b, bytes);
+            if (!nb) return -1; /* the group existed: nothing to undo */
+            b = nb;
+            b->cap = cap;
+            s[S_BUCKET] = ptr_word(b);
+            g->heap[b->heap_at] = b;
+        }
+        /* after the entries of the same or larger priority: they were all added earlier */
+        uint32_t l = 0, r = b->n;
+        while (l < r) {
+            uint32_t mid = l + (r - l) / 2;
+            if (e_prio(ENTRY(t, b, mid)) >= priority)
+                l = mid + 1;
+            else
+                r = mid;
+        }
+        pos = l;
+        memmove(ENTRY(t, b, pos + 1), ENTRY(t, b, pos),
+                (size_t)(b->n - pos) * t->estride * sizeof(uint64_t));
+    }
+    uint64_t *e = ENTRY(t, b, pos);
+    e[E_VALUE] = ptr_word(value);
+    e[E_PRIO] = (uint64_t)priority;
+    e[E_SEQ] = t->seq++;
+    for (uint32_t r = 0; r < t->nranges; r++) {
+        e[E_WORDS + 2 * r] = lo[t->rpos[r]];
+        e[E_WORDS + 2 * r + 1] = hi[t->rpos[r]];
+    }
+    b->n++;
+    t->size++;
+    if (pos == 0) heap_up(g, b->heap_at);
+    if (t->nranges == 0) s[S_VALUE] = b->e[E_VALUE];
+    if (t->nranges == 1 && b->n >= OG_IV_MIN) {
+        if (!b->iv)
+            iv_build(t, b);
+        else if (iv_insert(b->iv, e)) {
+            iv_free(b->iv);
+            b->iv = NULL;
+        }
+    }
+    if (fresh) {
+        g->best_prio = e_prio(g->heap[0]->e);
+        g->best_seq = g->heap[0]->e[E_SEQ];
+        g->at = t->ngroups;
+        t->order[t->ngroups++] = g;
+        order_fix(t, g->at);
+    } else {
+        group_refresh(t, g);
+    }
+    return 0;
+fail:
+    if (fresh) group_free(t, g);
+    return -1;
+}
+
+OG_TABLE_API int og_table_remove(og_table *t, void *value, const uint64_t *value_bits,
+                                 const uint64_t *mask, const uint64_t *lo, const uint64_t *hi,
+                                 int64_t priority) {
+    if (!t || !t->ngroups || (t->nk && (!value_bits || !mask)) || (t->nranges && (!lo || !hi)))
+        return -1;
+    uint64_t mv[OG_MAX_FIELDS] = {0}, mk[OG_MAX_FIELDS] = {0};
+    entry_key(t, value_bits, mask, mv, mk);
+    og_group *g = group_find(t, mv);
+    if (!g) return -1;
+    uint64_t *s = slot_find(t, g, mk, hash_words(mk, t->nk));
+    if (!s) return -1;
+    og_bucket *b = word_ptr(s[S_BUCKET]);
+
+    /* the first entry of this priority, then the one with this value and these ranges */
+    uint32_t l = 0, r = b->n;
+    while (l < r) {
+        uint32_t mid = l + (r - l) / 2;
+        if (e_prio(ENTRY(t, b, mid)) > priority)
+            l = mid + 1;
+        else
+            r = mid;
+    }
+    uint32_t pos = l;
+    for (; pos < b->n; pos++) {
+        const uint64_t *e = ENTRY(t, b, pos);
+        if (e_prio(e) != priority) return -1;
+        if (e[E_VALUE] != ptr_word(value)) continue;
+        uint32_t k = 0;
+        while (k < t->nranges && e[E_WORDS + 2 * k] == lo[t->rpos[k]] &&
+               e[E_WORDS + 2 * k + 1] == hi[t->rpos[k]])
+            k++;
+        if (k == t->nranges) break;
+    }
+    if (pos == b->n) return -1;
+
+    uint64_t gone[E_WORDS + 2]; /* the entry's rank and, in a one-range table, its bounds */
+    memcpy(gone, ENTRY(t, b, pos), (t->nranges == 1 ? E_WORDS + 2 : E_WORDS) * sizeof(uint64_t));
+    b->n--;
+    t->size--;
+    memmove(ENTRY(t, b, pos), ENTRY(t, b, pos + 1),
+            (size_t)(b->n - pos) * t->estride * sizeof(uint64_t));
+    if (b->n == 0) {
+        heap_remove(g, b->heap_at);
+        slot_delete(t, g, s);
+        iv_free(b->iv);
+        free(b);
+        if (g->used == 0) {
+            order_remove(t, g->at);
+            group_free(t, g);
+            return 0;
+        }
+        uint64_t cap = g->capmask + 1;
+        if (cap > OG_GROUP_CAP0 && g->used * 8 < cap) (void)slots_resize(t, g, cap / 2);
+    } else {
+        if (pos == 0) heap_down(g, b->heap_at);
+        if (t->nranges == 0) s[S_VALUE] = b->e[E_VALUE];
+        if (t->nranges == 1) {
+            if (b->n < OG_IV_MIN) {
+                iv_free(b->iv);
+                b->iv = NULL;
+            } else if (!b->iv || b->iv->n > 4 * b->n + 8 || iv_unpaint(t, b, gone)) {
+                iv_build(t, b); /* none yet, or too many stale points, or out of memory */
+            }
+        }
+    }
+    group_refresh(t, g);
+    return 0;
+}
+
+OG_TABLE_API void *og_table_lookup(const og_table *t, const uint64_t *key) {
+    uint32_t ng = t->ngroups, nk = t->nk;
+    if (!ng) return NULL;
+    uint64_t kv[OG_MAX_FIELDS], mk[2][OG_MAX_FIELDS];
+    for (uint32_t j = 0; j < nk; j++) kv[j] = key[t->kpos[j]];
+    void *best = NULL;
+    int64_t bp = 0;
+    uint64_t bs = 0;
+    /* the masked key and hash of the next group are worked out one group ahead and its slot
+     * prefetched, so that the probes of a miss in many groups overlap */
+    for (uint32_t j = 0; j < nk; j++) mk[0][j] = kv[j] & t->order[0]->mask[j];
+    uint64_t h = hash_words(mk[0], nk);
+    for (uint32_t gi = 0; gi < ng; gi++) {
+        const og_group *g = t->order[gi];
+        if (best && !beats(g->best_prio, g->best_seq, bp, bs)) break;
+        uint64_t hn = 0;
+        if (gi + 1 < ng) {
+            const og_group *gn = t->order[gi + 1];
+            uint64_t *next = mk[(gi + 1) & 1];
+            for (uint32_t j = 0; j < nk; j++) next[j] = kv[j] & gn->mask[j];
+            hn = hash_words(next, nk);
+            OG_TABLE_PREFETCH(SLOT(t, gn, hn & gn->capmask));
+        }
+        const uint64_t *s = slot_find(t, g, mk[gi & 1], h);
+        h = hn;
+        if (!s) continue;
+        const og_bucket *b = word_ptr(s[S_BUCKET]);
+        if (OG_TABLE_LIKELY(t->nranges == 0)) { /* the bucket's first entry wins it */
+            if (!best) {
+                best = word_ptr(s[S_VALUE]);
+                if (gi + 1 == ng) return best;
+                bp = e_prio(b->e);
+                bs = b->e[E_SEQ];
+            } else if (beats(e_prio(b->e), b->e[E_SEQ], bp, bs)) {
+                best = word_ptr(s[S_VALUE]);
+                bp = e_prio(b->e);
+                bs = b->e[E_SEQ];
+            }
+            continue;
+        }
+        const og_iv *iv = b->iv;
+        if (iv) {
+            uint64_t k = key[t->rpos[0]];
+            uint32_t l = 0, r = iv->n; /* the last interval starting at or below k */
+            while (l < r) {
+                uint32_t mid = l + (r - l) / 2;
+                if (iv->starts[mid] <= k)
+                    l = mid + 1;
+                else
+                    r = mid;
+            }
+            if (l == 0) continue;
+            const og_win *w = &iv->win[l - 1];
+            if (w->value && (!best || beats(w->prio, w->seq, bp, bs))) {
+                best = w->value;
+                bp = w->prio;
+                bs = w->seq;
+            }
+            continue;
+        }
+        for (uint32_t i = 0; i < b->n; i++) {
+            const uint64_t *e = ENTRY(t, b, i);
+            if (best && !beats(e_prio(e), e[E_SEQ], bp, bs)) break;
+            uint32_t k = 0;
+            while (k < t->nranges) {
+                uint64_t v = key[t->rpos[k]];
+                if (v < e[E_WORDS + 2 * k] || v > e[E_WORDS + 2 * k + 1]) break;
+                k++;
+            }
+            if (k == t->nranges) {
+                best = word_ptr(e[E_VALUE]);
+                bp = e_prio(e);
+                bs = e[E_SEQ];
+                break;
+            }
+        }
+    }
+    return best;
+}
