@@ -30,11 +30,10 @@ import ipaddress
 import os
 import platform
 import random
-import socket
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ from finsy.proto import p4r
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 
+from bench.csender import c_send
 from controller.hsm.compile import compile_hsm
 from controller.hsm.rules import AclRule, parse_classbench
 from opengate import p4constants as pc
@@ -372,41 +372,21 @@ QUIET_SECONDS = 0.3
 
 
 def offer(frames: Sequence[bytes], rate: float, seconds: float = TRIAL_SECONDS) -> Trial:
-    """Send `frames` round robin at `rate` packets/s for `seconds` from the inside peer (a raw
-    AF_PACKET socket, bursts of 16 paced by the clock); count what the outside peer's kernel
-    receives, during the window and after a drain (output quiet for QUIET_SECONDS)."""
-    tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
-    tx.bind((PAIRS[0][1], 0))
+    """Send `frames` round robin at `rate` packets/s for `seconds` from the inside peer (the C
+    sender of bench.csender: sendmmsg batches paced by the clock); count what the outside peer's
+    kernel receives, during the window and after a drain (output quiet for QUIET_SECONDS)."""
     rx_name = PAIRS[1][1]
-    send = tx.send
-    n, i, sent = len(frames), 0, 0
-    try:
-        base = _rx_packets(rx_name)
-        started = time.perf_counter()
-        end = started + seconds
-        while True:
-            now = time.perf_counter()
-            if now >= end:
-                break
-            due = int((now - started) * rate) + 1
-            if sent >= due:
-                time.sleep(min(0.0005, end - now))
-                continue
-            for _ in range(min(16, due - sent)):
-                send(frames[i])
-                i = i + 1 if i + 1 < n else 0
-                sent += 1
-        in_window = _rx_packets(rx_name) - base
-        received = in_window
-        quiet_until = time.perf_counter() + QUIET_SECONDS
-        while time.perf_counter() < quiet_until:
-            time.sleep(0.01)
-            count = _rx_packets(rx_name) - base
-            if count != received:
-                received = count
-                quiet_until = time.perf_counter() + QUIET_SECONDS
-    finally:
-        tx.close()
+    base = _rx_packets(rx_name)
+    sent, _ = c_send(PAIRS[0][1], frames, rate, seconds)
+    in_window = _rx_packets(rx_name) - base
+    received = in_window
+    quiet_until = time.perf_counter() + QUIET_SECONDS
+    while time.perf_counter() < quiet_until:
+        time.sleep(0.01)
+        count = _rx_packets(rx_name) - base
+        if count != received:
+            received = count
+            quiet_until = time.perf_counter() + QUIET_SECONDS
     return Trial(rate, sent, in_window, received)
 
 
@@ -438,21 +418,20 @@ def highest_rate(frames: Sequence[bytes], start: float = 1000.0) -> tuple[Trial 
 
 
 def end_to_end(
-    choice: TargetChoice, schema: P4Schema, work: Workload, log_dir: Path
+    name: str, choice: TargetChoice, schema: P4Schema, work: Workload, log_dir: Path
 ) -> tuple[list[Row], float]:
-    name = "software switch" if choice.target is Target.SOFT else "BMv2 simple_switch_grpc"
     rows = []
     with (
         veth_pairs(PAIRS),
         running_switch(
             {INSIDE: PAIRS[0][0], OUTSIDE: PAIRS[1][0]},
-            log_dir / f"bench-{choice.target.value}.log",
+            log_dir / f"bench-{name.replace(' ', '-')}.log",
             choice,
         ) as sw,
         P4RuntimeClient(sw.grpc_address, 1, 10).connect() as client,
     ):
         install_seconds = install(client, schema, work)
-        for path, frames in (("session hit", work.hits), ("HSM miss", work.misses)):
+        for path, frames in workloads(work):
             good, bad = highest_rate(frames)
             note = (
                 f"above: {bad.rate:,.0f} offered, {bad.received / TRIAL_SECONDS:,.0f}/s out, "
@@ -526,20 +505,29 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(Row("all", "veth end to end", "-", None, f"skipped: {reason}"))
         else:
             log_dir = repo_root() / "run" / "bench"
-            choices = [select_target({**os.environ, "TARGET": "soft"})]
+            soft = select_target({**os.environ, "TARGET": "soft"})
+            choices = [
+                (
+                    "software switch (native)",
+                    replace(soft, command=(*soft.command, "--engine", "native")),
+                ),
+                (
+                    "software switch (Python engine)",
+                    replace(soft, command=(*soft.command, "--engine", "python")),
+                ),
+            ]
             if not args.no_bmv2:
                 try:
-                    choices.append(select_target({**os.environ, "TARGET": "bmv2"}))
+                    bmv2 = select_target({**os.environ, "TARGET": "bmv2"})
+                    choices.append(("BMv2 simple_switch_grpc", bmv2))
                 except TargetError:
                     rows.append(
                         Row("BMv2", "veth end to end", "-", None, f"{BMV2_BINARY} not on PATH")
                     )
-            for choice in choices:
-                more, seconds_w = end_to_end(choice, schema, work, log_dir)
+            for name, choice in choices:
+                more, seconds_w = end_to_end(name, choice, schema, work, log_dir)
                 rows += more
-                notes.append(
-                    f"{choice.target.value}: {len(work.updates):,} writes in {seconds_w:.1f} s"
-                )
+                notes.append(f"{name}: {len(work.updates):,} writes in {seconds_w:.1f} s")
                 if choice.target is Target.BMV2:
                     notes.append(bmv2_build(Path(choice.command[0])))
     print(f"Machine: {machine()}  ")
