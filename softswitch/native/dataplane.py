@@ -17,6 +17,7 @@ import ctypes as ct
 import logging
 import os
 import select
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -66,6 +67,9 @@ class CMeter(ct.Structure):
 
 
 U64P = ct.POINTER(ct.c_uint64)
+M64 = (1 << 64) - 1
+LAST_HIT_OFFSET = CEntry.last_hit.offset
+METER_OFFSET = CEntry.meter.offset
 
 
 def _bind(lib: ct.CDLL) -> None:
@@ -96,6 +100,8 @@ def _bind(lib: ct.CDLL) -> None:
         "og_meter_configure": (None, [vp, ct.c_double, i64, ct.c_double, i64]),
         "og_meter_clear": (None, [vp]),
         "og_meter_execute_api": (u32, [vp, u32]),
+        "og_entry_insert": (vp, [vp, u32, ct.c_char_p]),
+        "og_entry_remove": (ct.c_int, [vp, u32, vp, ct.c_char_p]),
         "og_dp_bench": (ct.c_uint64, [vp, u32, ct.c_char_p, ct.POINTER(u32), u32, u32]),
         "og_sizeof_entry": (u32, []),
         "og_sizeof_meter": (u32, []),
@@ -226,9 +232,10 @@ class Mirror:
         self.dp = dp
         self.cprog = cprog
         self.program = program
-        self.c_of: dict[int, tuple[int, CEntry]] = {}  # id(entry) -> (C address, view)
+        self.c_of: dict[int, int] = {}  # id(entry) -> its C address
+        self.blobs: dict[int, bytes] = {}  # id(entry) -> what og_entry_insert was given
         self.defaults: dict[str, int] = {}
-        self.key_arrays: dict[int, tuple[Any, Any, Any, Any, int]] = {}
+        self.index = {name: d.index for name, d in cprog.tables.items()}
         self.stride: dict[str, int] = {}
         for name, t in program.tables.items():
             self.stride[name] = 1 + max((len(a.params) for a in t.actions.values()), default=0)
@@ -275,10 +282,11 @@ class Mirror:
         self.lib.og_entry_set_members(addr, len(members), stride, words, is_group)
         CEntry.from_address(addr).action = -1
 
-    def _key(self, t: tb.Table, e: tb.Entry) -> tuple[Any, Any, Any, Any, int]:
+    def _blob(self, t: tb.Table, e: tb.Entry) -> bytes:
+        """The entry as og_entry_insert reads it (og_dp.c): action, data, meter, counters,
+        priority and key (bits, masks, range bounds) as 64-bit words."""
         n = len(t.kinds)
-        bits, mask = (ct.c_uint64 * n)(), (ct.c_uint64 * n)()
-        lo, hi = (ct.c_uint64 * n)(), (ct.c_uint64 * n)()
+        bits, mask, lo, hi = [0] * n, [0] * n, [0] * n, [0] * n
         prio = e.priority if t.needs_priority else 0
         for i, (kind, width, spec) in enumerate(zip(t.kinds, t.widths, e.key, strict=True)):
             full = (1 << width) - 1
@@ -297,38 +305,42 @@ class Mirror:
                     bits[i], mask[i] = spec, full
             else:  # range
                 lo[i], hi[i] = spec
-        return bits, mask, lo, hi, prio
+        direct = e.action is not None and t.impl == "simple"
+        action = e.action.id if direct and e.action is not None else -1
+        data = e.data if direct else ()
+        meter = -1 if t.direct_meter is None else int(t.direct_meter.packets)
+        ctr = (e.ctr[0], e.ctr[1]) if e.ctr is not None else (0, 0)
+        words = [action & M64, len(data), *data, meter & M64, e.last_hit & M64, *ctr]
+        words += [prio & M64, n, *bits, *mask, *lo, *hi]
+        return struct.pack(f"={len(words)}Q", *words)
 
     def entry_added(self, t: tb.Table, e: tb.Entry) -> None:
-        addr, view = self._new_c_entry(t, e)
-        if e.ctr is not None:
-            view.packets, view.bytes = e.ctr[0], e.ctr[1]
-            e.ctr = CounterView(addr)  # type: ignore[assignment]
-        view.last_hit = e.last_hit
-        if e.meter is not None and view.meter:
-            native = NativeMeter(self.lib, view.meter, e.meter.packets)
-            cfg = e.meter.config()
-            if cfg is not None:
-                native.configure(*cfg)
-            e.meter = native
-        key = self._key(t, e)
-        table = self.lib.og_dp_table(self.dp, self.cprog.tables[t.name].index)
-        if self.lib.og_table_add(table, addr, *key) != 0:
-            self.lib.og_entry_free(addr)
+        blob = self._blob(t, e)
+        addr = self.lib.og_entry_insert(self.dp, self.index[t.name], blob)
+        if not addr:
             raise MemoryError(f"table {t.name!r}: cannot add a native entry")
-        self.c_of[id(e)] = (addr, view)
-        self.key_arrays[id(e)] = key
+        if t.impl != "simple":
+            self._set_members(t, e, addr)
+        if e.ctr is not None:
+            e.ctr = CounterView(addr)  # type: ignore[assignment]
+        if e.meter is not None:
+            meter_addr = ct.c_void_p.from_address(addr + METER_OFFSET).value
+            if meter_addr:
+                native = NativeMeter(self.lib, meter_addr, e.meter.packets)
+                cfg = e.meter.config()
+                if cfg is not None:
+                    native.configure(*cfg)
+                e.meter = native
+        self.c_of[id(e)] = addr
+        self.blobs[id(e)] = blob
 
     def entry_removed(self, t: tb.Table, e: tb.Entry) -> None:
-        item = self.c_of.pop(id(e), None)
-        if item is None:
+        addr = self.c_of.pop(id(e), None)
+        if addr is None:
             return
-        addr, _ = item
-        key = self.key_arrays.pop(id(e))
-        table = self.lib.og_dp_table(self.dp, self.cprog.tables[t.name].index)
-        self.lib.og_table_remove(table, addr, *key)
+        blob = self.blobs.pop(id(e))
         _detach(e)
-        self.lib.og_entry_free(addr)
+        self.lib.og_entry_remove(self.dp, self.index[t.name], addr, blob)
 
     def cleared(self, t: tb.Table, entries: list[tb.Entry]) -> None:
         for e in entries:
@@ -350,15 +362,15 @@ class Mirror:
         for t in self.program.tables.values():
             if t.profile is profile:
                 for e in t.entries.values():
-                    item = self.c_of.get(id(e))
-                    if item is not None:
-                        self._set_members(t, e, item[0])
+                    addr = self.c_of.get(id(e))
+                    if addr is not None:
+                        self._set_members(t, e, addr)
 
     def sync_hits(self, t: tb.Table) -> None:
         for e in t.entries.values():
-            item = self.c_of.get(id(e))
-            if item is not None:
-                hit = int(item[1].last_hit)
+            addr = self.c_of.get(id(e))
+            if addr is not None:
+                hit = ct.c_int64.from_address(addr + LAST_HIT_OFFSET).value
                 if hit > e.last_hit:
                     e.last_hit = hit
                     e.notified = False
@@ -370,7 +382,7 @@ class Mirror:
                 t.profile.observer = None
             for e in t.entries.values():
                 _detach(e)
-        for addr, _ in self.c_of.values():
+        for addr in self.c_of.values():
             self.lib.og_entry_free(addr)
         for addr in self.defaults.values():
             self.lib.og_entry_free(addr)

@@ -210,3 +210,51 @@ OG_API uint64_t og_dp_bench(og_dp *dp, uint32_t port, const uint8_t *blob, const
     dp->packets += (uint64_t)n * rounds;
     return out;
 }
+
+/* One table entry in one call (the mirror's fast path), from a blob of 64-bit words:
+ *   action, ndata, data[ndata], meter_packets (-1: no meter), last_hit, packets, bytes,
+ *   priority, nkeys, bits[nkeys], mask[nkeys], lo[nkeys], hi[nkeys]
+ * Returns the entry, added to table `ti`, or NULL (allocation failure). */
+static const uint64_t *og_blob_keys(const uint64_t *w, uint64_t *prio, uint32_t *nkeys) {
+    uint64_t ndata = w[1];
+    const uint64_t *p = w + 2 + ndata + 4;
+    *prio = p[0];
+    *nkeys = (uint32_t)p[1];
+    return p + 2;
+}
+
+OG_API og_entry *og_entry_insert(og_dp *dp, uint32_t ti, const void *blob) {
+    uint64_t w0[2];
+    memcpy(w0, blob, sizeof w0);
+    uint64_t ndata = w0[1];
+    const uint64_t *w = blob; /* bytes objects are 8-byte aligned */
+    int64_t meter_packets = (int64_t)w[2 + ndata];
+    og_entry *e = og_entry_new((uint32_t)ndata, (int32_t)meter_packets);
+    if (!e) return NULL;
+    e->action = (int32_t)(int64_t)w[0];
+    memcpy(e->data, w + 2, ndata * sizeof(uint64_t));
+    e->last_hit = (int64_t)w[3 + ndata];
+    e->packets = w[4 + ndata];
+    e->bytes = w[5 + ndata];
+    uint64_t prio;
+    uint32_t n;
+    const uint64_t *k = og_blob_keys(w, &prio, &n);
+    if (ti >= OG_NTABLES ||
+        og_table_add(dp->t[ti], e, k, k + n, k + 2 * n, k + 3 * n, (int64_t)prio) != 0) {
+        og_entry_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* Take an entry made by og_entry_insert out of its table (same blob) and free it. */
+OG_API int og_entry_remove(og_dp *dp, uint32_t ti, og_entry *e, const void *blob) {
+    uint64_t prio;
+    uint32_t n;
+    const uint64_t *k = og_blob_keys(blob, &prio, &n);
+    int rc = ti < OG_NTABLES
+                 ? og_table_remove(dp->t[ti], e, k, k + n, k + 2 * n, k + 3 * n, (int64_t)prio)
+                 : -1;
+    og_entry_free(e);
+    return rc;
+}
