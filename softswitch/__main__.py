@@ -11,6 +11,7 @@ SIGTERM or SIGINT stops it cleanly.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import signal
@@ -134,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where it is
     try:
         server = P4RuntimeServer(switch, args.grpc_server_addr, engine=args.engine)
     except (OSError, RuntimeError) as exc:

@@ -131,6 +131,9 @@ class Dataplane:
     def sync_hits(self, table: Any) -> None:
         """Entries' last hits are kept in place (the native data plane copies them back)."""
 
+    def sync_hit(self, entry: Any) -> None:
+        """The same for one entry."""
+
     def close(self) -> None:
         """Nothing to release (the native data plane frees its C state)."""
 

@@ -73,7 +73,6 @@ class ReadHandlers(TableCodec):
     def _read_tables(self, pipe: Pipeline, te: Any) -> list[Any]:
         out = []
         now = time.monotonic_ns()
-        synced: set[Any] = set()
         for info, entry in self._matching_entries(pipe, te):
             if entry is None:
                 continue
@@ -85,9 +84,7 @@ class ReadHandlers(TableCodec):
                 proto.is_default_action = True
                 proto.priority = 0
             if te.HasField("time_since_last_hit") and info.table.support_timeout:
-                if info.table not in synced:
-                    pipe.dataplane.sync_hits(info.table)
-                    synced.add(info.table)
+                pipe.dataplane.sync_hit(entry)
                 proto.time_since_last_hit.elapsed_ns = now - entry.last_hit
             out.append(p4r.Entity(table_entry=proto))
         return out

@@ -147,6 +147,7 @@ class GatewayNetwork:
     api_address: str = ""
     api_token: str = ""
     _processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+    _commands: set[subprocess.Popen[bytes]] = field(default_factory=set)  # `run` commands
 
     def __enter__(self) -> GatewayNetwork:
         try:
@@ -459,16 +460,23 @@ class GatewayNetwork:
         process = node.popen(
             ["/bin/sh", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
+        self._commands.add(process)
         try:
             output, _ = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             stop_process(process)
             return CommandResult(host, command, 124, f"timed out after {timeout:g}s\n")
+        finally:
+            self._commands.discard(process)
         return CommandResult(host, command, process.returncode, output.decode(errors="replace"))
 
     # -- tear-down -----------------------------------------------------------------------
 
     def stop(self) -> None:
+        for process in list(self._commands):  # commands still running in other threads
+            LOG.info("stopping a command still running (pid %d)", process.pid)
+            stop_family(process)
+        self._commands.clear()
         for name, process in reversed(self._processes):
             LOG.info("stopping %s (pid %d)", name, process.pid)
             stop_family(process)

@@ -119,28 +119,21 @@ def _bind(lib: ct.CDLL) -> None:
         raise BuildError("the C entry/meter layout differs from the Python one")
 
 
-class NativeLock:
-    """The data plane's lock for Python: a re-entrant Python lock that also holds the C mutex
-    while held, so table writes never run beside a packet in the C polling thread."""
+class CLock:
+    """The C data plane's mutex, for Python: held only around a change of C state (a table
+    entry, a default action, a group's members, a meter's configuration), never while Python
+    iterates, so the polling thread waits at most one such change."""
 
     def __init__(self, lib: ct.CDLL, dp: int) -> None:
-        self._rlock = threading.RLock()
         self._lib = lib
         self._dp = dp
-        self._depth = 0
 
-    def __enter__(self) -> NativeLock:
-        self._rlock.acquire()
-        if self._depth == 0:
-            self._lib.og_dp_lock(self._dp)
-        self._depth += 1
+    def __enter__(self) -> CLock:
+        self._lib.og_dp_lock(self._dp)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._depth -= 1
-        if self._depth == 0:
-            self._lib.og_dp_unlock(self._dp)
-        self._rlock.release()
+        self._lib.og_dp_unlock(self._dp)
 
 
 class CounterView:
@@ -188,32 +181,34 @@ class CounterView:
 class NativeMeter(Meter):
     """A meter whose state is a C `og_meter`: configured from Python, executed in ct."""
 
-    __slots__ = ("_addr", "_cm", "_lib")
+    __slots__ = ("_addr", "_clock", "_lib")
 
-    def __init__(self, lib: ct.CDLL, addr: int, packets: bool) -> None:
+    def __init__(self, lib: ct.CDLL, clock: CLock, addr: int, packets: bool) -> None:
         super().__init__(packets)
         self._lib = lib
+        self._clock = clock
         self._addr: int | None = addr
-        self._cm: CMeter | None = CMeter.from_address(addr)
 
     def configure(self, cir: int, cburst: int, pir: int, pburst: int) -> None:
         super().configure(cir, cburst, pir, pburst)
         if self._addr is not None:
-            self._lib.og_meter_configure(self._addr, float(cir), cburst, float(pir), pburst)
+            with self._clock:
+                self._lib.og_meter_configure(self._addr, float(cir), cburst, float(pir), pburst)
 
     def clear(self) -> None:
         super().clear()
         if self._addr is not None:
-            self._lib.og_meter_clear(self._addr)
+            with self._clock:
+                self._lib.og_meter_clear(self._addr)
 
     def execute(self, nbytes: int) -> int:
         if self._addr is None:
             return super().execute(nbytes)
-        return int(self._lib.og_meter_execute_api(self._addr, nbytes))
+        with self._clock:
+            return int(self._lib.og_meter_execute_api(self._addr, nbytes))
 
     def detach(self) -> None:
         self._addr = None
-        self._cm = None
 
 
 def _detach(e: tb.Entry) -> None:
@@ -230,6 +225,7 @@ class Mirror:
     def __init__(self, lib: ct.CDLL, dp: int, cprog: CProgram, program: Program) -> None:
         self.lib = lib
         self.dp = dp
+        self.clock = CLock(lib, dp)
         self.cprog = cprog
         self.program = program
         self.c_of: dict[int, int] = {}  # id(entry) -> its C address
@@ -316,7 +312,8 @@ class Mirror:
 
     def entry_added(self, t: tb.Table, e: tb.Entry) -> None:
         blob = self._blob(t, e)
-        addr = self.lib.og_entry_insert(self.dp, self.index[t.name], blob)
+        with self.clock:
+            addr = self.lib.og_entry_insert(self.dp, self.index[t.name], blob)
         if not addr:
             raise MemoryError(f"table {t.name!r}: cannot add a native entry")
         if t.impl != "simple":
@@ -326,7 +323,7 @@ class Mirror:
         if e.meter is not None:
             meter_addr = ct.c_void_p.from_address(addr + METER_OFFSET).value
             if meter_addr:
-                native = NativeMeter(self.lib, meter_addr, e.meter.packets)
+                native = NativeMeter(self.lib, self.clock, meter_addr, e.meter.packets)
                 cfg = e.meter.config()
                 if cfg is not None:
                     native.configure(*cfg)
@@ -340,7 +337,8 @@ class Mirror:
             return
         blob = self.blobs.pop(id(e))
         _detach(e)
-        self.lib.og_entry_remove(self.dp, self.index[t.name], addr, blob)
+        with self.clock:
+            self.lib.og_entry_remove(self.dp, self.index[t.name], addr, blob)
 
     def cleared(self, t: tb.Table, entries: list[tb.Entry]) -> None:
         for e in entries:
@@ -351,10 +349,11 @@ class Mirror:
         addr = 0
         if t.default is not None:
             addr, _ = self._new_c_entry(t, t.default)
-        self.lib.og_dp_set_default(self.dp, index, addr or None)
         old = self.defaults.pop(t.name, 0)
-        if old:
-            self.lib.og_entry_free(old)
+        with self.clock:
+            self.lib.og_dp_set_default(self.dp, index, addr or None)
+            if old:
+                self.lib.og_entry_free(old)
         if addr:
             self.defaults[t.name] = addr
 
@@ -365,6 +364,14 @@ class Mirror:
                     addr = self.c_of.get(id(e))
                     if addr is not None:
                         self._set_members(t, e, addr)
+
+    def sync_hit(self, e: tb.Entry) -> None:
+        addr = self.c_of.get(id(e))
+        if addr is not None:
+            hit = ct.c_int64.from_address(addr + LAST_HIT_OFFSET).value
+            if hit > e.last_hit:
+                e.last_hit = hit
+                e.notified = False
 
     def sync_hits(self, t: tb.Table) -> None:
         for e in t.entries.values():
@@ -410,7 +417,11 @@ class NativeDataplane:
         if not dp:
             raise MemoryError("cannot allocate the native data plane")
         self.dp: int = dp
-        self.lock = NativeLock(lib, dp)
+        # Python's lock (as the Python engine's): P4Runtime writes, reads and timers one at a time;
+        # the C mutex is taken only around changes of C state (CLock) and by each packet in C.
+        self.lock = threading.RLock()
+        self._process_lock = threading.Lock()  # one Python caller of og_dp_process at a time
+        self.clock = CLock(lib, dp)
         self._out_port = ct.c_uint32()
         self._obuf = lib.og_dp_obuf(dp)
         self._digest_id = ct.c_uint32()
@@ -446,7 +457,7 @@ class NativeDataplane:
             size = ct.sizeof(CMeter)
             natives: list[Meter] = []
             for i, old in enumerate(mtr.meters):
-                nm = NativeMeter(lib, base + i * size, mtr.packets)
+                nm = NativeMeter(lib, self.clock, base + i * size, mtr.packets)
                 cfg = old.config()
                 if cfg is not None:
                     nm.configure(*cfg)
@@ -455,7 +466,7 @@ class NativeDataplane:
 
     # ---- packets
     def process(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
-        with self.lock._rlock:  # Python callers one at a time; the C call takes the C mutex
+        with self._process_lock:  # the output buffer is shared; the C call takes the C mutex
             n = self.lib.og_dp_process(self.dp, port, frame, len(frame), ct.byref(self._out_port))
             out = [(int(self._out_port.value), ct.string_at(self._obuf, n))] if n >= 0 else []
         self.drain_digests()
@@ -475,11 +486,14 @@ class NativeDataplane:
     def sync_hits(self, table: tb.Table) -> None:
         self.mirror.sync_hits(table)
 
+    def sync_hit(self, entry: tb.Entry) -> None:
+        self.mirror.sync_hit(entry)
+
     def run_batch(self, port: int, frames: list[bytes], rounds: int) -> int:
         """Run `frames` `rounds` times through the pipeline in one C loop (no Python per
         packet); returns how many were output. Digests they make are drained after."""
         lens = (ct.c_uint32 * len(frames))(*(len(f) for f in frames))
-        with self.lock._rlock:
+        with self._process_lock:
             out = self.lib.og_dp_bench(self.dp, port, b"".join(frames), lens, len(frames), rounds)
         self.drain_digests()
         return int(out)
