@@ -134,7 +134,8 @@ def create_app(controller: Controller, token: str) -> FastAPI:
         )
 
     def call(function: Callable[[], Any]) -> Any:
-        return controller.bus.call(function, timeout=HANDLER_TIMEOUT)
+        """A read-only look at the controller's state: ahead of queued events."""
+        return controller.bus.call_now(function, timeout=HANDLER_TIMEOUT)
 
     def publish(event: ev.Event) -> Any:
         results = controller.bus.publish(event).result(timeout=HANDLER_TIMEOUT)

@@ -178,12 +178,18 @@ class _Item:
     future: Future[tuple[Any, ...]]
 
 
+_WAKE = _Item(Event(), Future())  # a queue entry that only wakes the dispatcher
+
+
 class EventBus:
     def __init__(self, metrics: Metrics | None = None, max_batch: int = 512) -> None:
         self.metrics = metrics
         self.max_batch = max_batch
         self._handlers: dict[type[Event], list[_Handler]] = {}
         self._queue: queue.Queue[_Item | None] = queue.Queue()
+        # calls that go ahead of queued events (call_now); a _WAKE in _queue makes the
+        # dispatcher look here even while nothing else is queued
+        self._urgent: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.subscribe(Call, lambda event: event.function())
@@ -210,9 +216,28 @@ class EventBus:
         return future
 
     def call(self, function: Callable[[], Any], timeout: float | None = 30.0) -> Any:
-        """Run `function` on the dispatcher and return its result (or raise its exception)."""
+        """Run `function` on the dispatcher and return its result (or raise its exception),
+        after every event queued before it."""
         results = self.publish(Call(function)).result(timeout=timeout)
         return results[0] if results else None
+
+    def call_now(self, function: Callable[[], Any], timeout: float | None = 30.0) -> Any:
+        """Run `function` on the dispatcher ahead of the events still queued (between two
+        batches), so that a look at the controller's state (the API's views) does not wait
+        behind a backlog of digests; returns its result or raises its exception."""
+        future: Future[tuple[Any, ...]] = Future()
+        self._urgent.put(_Item(Call(function), future))
+        self._queue.put(_WAKE)
+        results = future.result(timeout=timeout)
+        return results[0] if results else None
+
+    def _run_urgent(self) -> None:
+        while True:
+            try:
+                item = self._urgent.get_nowait()
+            except queue.Empty:
+                return
+            self.dispatch([item])
 
     # -- dispatching -------------------------------------------------------------------------
 
@@ -235,9 +260,10 @@ class EventBus:
     def _run(self) -> None:
         while True:
             first = self._queue.get()
+            self._run_urgent()
             if first is None:
                 return
-            items = [first]
+            items = [] if first is _WAKE else [first]
             stop = False
             while len(items) < self.max_batch:
                 try:
@@ -247,9 +273,12 @@ class EventBus:
                 if item is None:
                     stop = True
                     break
-                items.append(item)
-            self.dispatch(items)
+                if item is not _WAKE:
+                    items.append(item)
+            if items:
+                self.dispatch(items)
             if stop:
+                self._run_urgent()
                 return
 
     def dispatch_now(self, event: Event) -> tuple[Any, ...]:

@@ -63,3 +63,37 @@ def test_a_failing_handler_fails_its_event_and_not_the_others() -> None:
         assert ran == [0, 0, -1]
     finally:
         bus.stop()
+
+
+def test_call_now_goes_ahead_of_a_backlog_and_call_waits_for_it() -> None:
+    """The API's views (call_now) run between batches, before events already queued; a plain
+    call runs after everything queued before it (tests use it as a barrier)."""
+    import threading
+
+    bus = EventBus(max_batch=1)
+    handled: list[int] = []
+    gate = threading.Event()
+
+    def slow(event: Ping) -> None:
+        if event.n == 0:
+            gate.wait(5)  # the dispatcher is busy with the first event
+        handled.append(event.n)
+
+    bus.subscribe(Ping, slow)
+    bus.start()
+    try:
+        for n in range(50):
+            bus.publish(Ping(n))
+        seen_now: list[int] = []
+        result: list[object] = []
+        caller = threading.Thread(
+            target=lambda: result.append(bus.call_now(lambda: seen_now.extend(handled) or "now"))
+        )
+        caller.start()
+        gate.set()
+        caller.join(5)
+        assert result == ["now"]
+        assert len(seen_now) < 50  # ran while most of the backlog was still queued
+        assert bus.call(lambda: len(handled)) == 50  # FIFO: after all 50
+    finally:
+        bus.stop()
