@@ -230,6 +230,7 @@ class Mirror:
         self.program = program
         self.c_of: dict[int, int] = {}  # id(entry) -> its C address
         self.blobs: dict[int, bytes] = {}  # id(entry) -> what og_entry_insert was given
+        self.seen_hit: dict[int, int] = {}  # id(entry) -> C's last hit when last looked at
         self.defaults: dict[str, int] = {}
         self.index = {name: d.index for name, d in cprog.tables.items()}
         self.stride: dict[str, int] = {}
@@ -330,12 +331,14 @@ class Mirror:
                 e.meter = native
         self.c_of[id(e)] = addr
         self.blobs[id(e)] = blob
+        self.seen_hit[id(e)] = e.last_hit
 
     def entry_removed(self, t: tb.Table, e: tb.Entry) -> None:
         addr = self.c_of.pop(id(e), None)
         if addr is None:
             return
         blob = self.blobs.pop(id(e))
+        self.seen_hit.pop(id(e), None)
         _detach(e)
         with self.clock:
             self.lib.og_entry_remove(self.dp, self.index[t.name], addr, blob)
@@ -366,21 +369,19 @@ class Mirror:
                         self._set_members(t, e, addr)
 
     def sync_hit(self, e: tb.Entry) -> None:
+        """Copy a hit C saw since the last look into the Python entry (whose last_hit Python
+        code may also set, as the P4Runtime write path does)."""
         addr = self.c_of.get(id(e))
         if addr is not None:
             hit = ct.c_int64.from_address(addr + LAST_HIT_OFFSET).value
-            if hit > e.last_hit:
+            if hit != self.seen_hit.get(id(e)):
+                self.seen_hit[id(e)] = hit
                 e.last_hit = hit
                 e.notified = False
 
     def sync_hits(self, t: tb.Table) -> None:
         for e in t.entries.values():
-            addr = self.c_of.get(id(e))
-            if addr is not None:
-                hit = ct.c_int64.from_address(addr + LAST_HIT_OFFSET).value
-                if hit > e.last_hit:
-                    e.last_hit = hit
-                    e.notified = False
+            self.sync_hit(e)
 
     def release(self) -> None:
         for t in self.program.tables.values():
@@ -394,6 +395,7 @@ class Mirror:
         for addr in self.defaults.values():
             self.lib.og_entry_free(addr)
         self.c_of.clear()
+        self.seen_hit.clear()
         self.defaults.clear()
 
 
