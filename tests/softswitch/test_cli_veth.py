@@ -16,6 +16,7 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 from scapy.packet import raw
 
+from softswitch.native.build import compiler
 from tests.softswitch.test_p4runtime import Client, ids, insert, route_entry, set_pipeline
 
 pytestmark = [
@@ -55,8 +56,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def switch_process(veths: None) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+MODES = {  # extra arguments, what the switch's log must say, what it must not
+    "native": ([], b"ports served by the native data plane", b"Python engine"),
+    "python engine": (["--engine", "python"], b"ready", b"native path"),
+    "native, Python ports": (["--python-io"], b"native path: program ready", b"ports served"),
+}
+
+
+@pytest.fixture(params=list(MODES))
+def switch_process(
+    veths: None, request: pytest.FixtureRequest
+) -> Iterator[tuple[subprocess.Popen[bytes], int, str]]:
+    mode = request.param
+    if mode != "python engine" and compiler() is None:
+        pytest.skip("native engine: no C compiler (cc)")
     port = _free_port()
     cmd = [
         sys.executable,
@@ -74,13 +87,14 @@ def switch_process(veths: None) -> Iterator[tuple[subprocess.Popen[bytes], int]]
         "1",
         "--cpu-port",
         "255",
+        *MODES[mode][0],
     ]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
     try:
         channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         grpc.channel_ready_future(channel).result(timeout=30)  # ready once the port accepts
         channel.close()
-        yield proc, port
+        yield proc, port, mode
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -98,9 +112,11 @@ def _raw_socket(ifname: str) -> socket.socket:
 
 
 def test_cli_switch_forwards_between_veths_and_stops_on_sigterm(
-    switch_process: tuple[subprocess.Popen[bytes], int],
+    switch_process: tuple[subprocess.Popen[bytes], int, str],
 ) -> None:
-    proc, port = switch_process
+    """On each engine and port layer: a routed frame comes out rewritten, SIGTERM stops it, and
+    its log says which engine and port layer served the program."""
+    proc, port, mode = switch_process
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     client = Client(p4r_grpc.P4RuntimeStub(channel), election=1)
     client.open()
@@ -131,4 +147,7 @@ def test_cli_switch_forwards_between_veths_and_stops_on_sigterm(
     channel.close()
     proc.terminate()
     assert proc.wait(timeout=10) == 0
-    assert proc.stderr is not None and b"ready" in proc.stderr.read()
+    assert proc.stderr is not None
+    log = proc.stderr.read()
+    _, must, must_not = MODES[mode]
+    assert b"ready" in log and must in log and must_not not in log, log.decode(errors="replace")
