@@ -1,15 +1,15 @@
 """Frames per second through the native packet I/O loop (softswitch/native/og_io.c), as Markdown.
 
 og_io runs on two veth pairs with a trivial C callback (port 1 -> port 2, no parsing): the rate
-measures the I/O alone (TPACKET_V3 receive ring, sendmmsg batches, one polling thread). A C sender
-(sendmmsg, batches of 32) offers 64-byte frames on the far end of port 1 at each rate, paced, for
-`--seconds`, then as fast as it can; nobody reads the far end of port 2 (its kernel drops the
-frames). Per rate: what was offered, what og_io took in and sent on, what the receive ring dropped,
-the forwarding rate (frames out over the time from the first frame offered to the last one out),
-and the polling thread's CPU time per frame (from /proc; the kernel's send path, and the receiving
-peer's up to where its stack drops the frame, run on that thread, so 1 s over this is about the
-ceiling of one polling thread). The sender shares the machine with the switch, and the kernel's
-receive path for port 1 runs on the sender's CPU.
+measures the I/O alone (TPACKET_V3 receive ring, sendmmsg batches, one polling thread). The C
+sender of bench.csender (sendmmsg, batches of 32) offers 64-byte frames on the far end of port 1
+at each rate, paced, for `--seconds`, then as fast as it can; nobody reads the far end of port 2
+(its kernel drops the frames). Per rate: what was offered, what og_io took in and sent on, what
+the receive ring dropped, the forwarding rate (frames out over the time from the first frame
+offered to the last one out), and the polling thread's CPU time per frame (from /proc; the
+kernel's send path, and the receiving peer's up to where its stack drops the frame, run on that
+thread, so 1 s over this is about the ceiling of one polling thread). The sender shares the
+machine with the switch, and the kernel's receive path for port 1 runs on the sender's CPU.
 
     .venv/bin/python -m bench.bench_native_io [--rates 250000,500000,1000000] [--seconds 2]
 
@@ -32,6 +32,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.csender import c_send
+
 NATIVE = Path(__file__).resolve().parents[1] / "softswitch" / "native"
 
 CALLBACK = r"""
@@ -48,59 +50,12 @@ uint32_t bench_forward(void *ctx, uint32_t in_port, const uint8_t *f, uint32_t l
 }
 """
 
-# sender IFNAME COUNT RATE: COUNT 64-byte frames on IFNAME at RATE frames/s (0: at once), in
-# sendmmsg batches of 32; prints the frames sent and the seconds it took.
-SENDER = r"""
-#define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <linux/if_ether.h>
-#include <linux/if_packet.h>
-#include <net/if.h>
-#include <poll.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#define B 32
-#define LEN 64
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-int main(int argc, char **argv) {
-    if (argc != 4) return 2;
-    unsigned long long count = strtoull(argv[2], 0, 10), sent = 0;
-    double rate = atof(argv[3]);
-    int fd = socket(AF_PACKET, SOCK_RAW, 0), v = 4 << 20;
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &v, sizeof v);
-    struct sockaddr_ll a = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_ALL),
-                            .sll_ifindex = (int)if_nametoindex(argv[1])};
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a)) { perror(argv[1]); return 1; }
-    static unsigned char buf[B][LEN];
-    struct iovec iov[B];
-    struct mmsghdr m[B];
-    memset(m, 0, sizeof m);
-    for (int i = 0; i < B; i++) {
-        buf[i][0] = 2; buf[i][5] = 2; buf[i][6] = 2; buf[i][11] = 1;
-        buf[i][12] = 0x88; buf[i][13] = 0xb5;
-        iov[i].iov_base = buf[i]; iov[i].iov_len = LEN;
-        m[i].msg_hdr.msg_iov = &iov[i]; m[i].msg_hdr.msg_iovlen = 1;
-    }
-    double t0 = now();
-    while (sent < count) {
-        if (rate > 0 && (double)sent > (now() - t0) * rate) continue;
-        unsigned n = count - sent < B ? (unsigned)(count - sent) : B;
-        for (unsigned i = 0; i < n; i++) memcpy(buf[i] + 14, &(unsigned long long){sent + i}, 8);
-        int r = sendmmsg(fd, m, n, MSG_DONTWAIT);
-        if (r > 0) sent += (unsigned)r;
-        else { struct pollfd p = {fd, POLLOUT, 0}; poll(&p, 1, 1); }
-    }
-    printf("%llu %.6f\n", sent, now() - t0);
-    return 0;
-}
-"""
+# 64 distinct 64-byte frames (local experimental EtherType 0x88b5, a counter after it), sent
+# round robin by bench.csender.
+FRAMES = [
+    bytes.fromhex("020000000002020000000001") + b"\x88\xb5" + i.to_bytes(8, "little") + bytes(42)
+    for i in range(64)
+]
 
 
 class Stats(ctypes.Structure):
@@ -122,14 +77,12 @@ class Row:
     cpu_ns: float  # CPU time of the polling thread per frame sent on
 
 
-def build(workdir: Path) -> tuple[ctypes.CDLL, Path]:
+def build(workdir: Path) -> ctypes.CDLL:
     (workdir / "callback.c").write_text(CALLBACK)
-    (workdir / "sender.c").write_text(SENDER)
-    so, sender = workdir / "og_io_bench.so", workdir / "sender"
+    so = workdir / "og_io_bench.so"
     cc = ["cc", "-O2", "-Wall", "-pthread"]
     sources = [str(NATIVE / "og_io.c"), str(workdir / "callback.c")]
     subprocess.run([*cc, "-shared", "-fPIC", f"-I{NATIVE}", *sources, "-o", str(so)], check=True)
-    subprocess.run([*cc, str(workdir / "sender.c"), "-o", str(sender)], check=True)
     lib = ctypes.CDLL(str(so))
     lib.og_io_new.restype = ctypes.c_void_p
     lib.og_io_new.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_void_p]
@@ -139,7 +92,7 @@ def build(workdir: Path) -> tuple[ctypes.CDLL, Path]:
     lib.og_io_free.restype = None
     lib.og_io_get_stats.argtypes = [ctypes.c_void_p, ctypes.POINTER(Stats)]
     lib.og_io_get_stats.restype = None
-    return lib, sender
+    return lib
 
 
 @contextmanager
@@ -175,14 +128,10 @@ def thread_cpu_seconds(name: str) -> float:
     return 0.0
 
 
-def measure(lib: ctypes.CDLL, io: int, sender: Path, ifname: str, rate: int, seconds: float) -> Row:
-    count = int(rate * seconds) if rate else 4_000_000
+def measure(lib: ctypes.CDLL, io: int, ifname: str, rate: int, seconds: float) -> Row:
     before, cpu_before = stats(lib, io), thread_cpu_seconds("og-io")
     start = time.monotonic()
-    out = subprocess.run(
-        [str(sender), ifname, str(count), str(rate)], check=True, text=True, capture_output=True
-    ).stdout.split()
-    sent, took = int(out[0]), float(out[1])
+    sent, took = c_send(ifname, FRAMES, rate, seconds)
     # Done when every frame is accounted for, or nothing has moved for 0.2 s.
     last, last_change = stats(lib, io), time.monotonic()
     while True:
@@ -239,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     rates = [int(r) for r in args.rates.split(",") if r] + [0]
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp, veth_pairs(f"ognb{os.getpid() % 100000}") as v:
-        lib, sender = build(Path(tmp))
+        lib = build(Path(tmp))
         nums = (ctypes.c_uint32 * 2)(1, 2)
         names = (ctypes.c_char_p * 2)(v[0].encode(), v[2].encode())
         err = ctypes.create_string_buffer(256)
@@ -252,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             if lib.og_io_start(io) != 0:
                 print("bench_native_io: cannot start the polling thread", file=sys.stderr)
                 return 1
-            rows = [measure(lib, io, sender, v[1], rate, args.seconds) for rate in rates]
+            rows = [measure(lib, io, v[1], rate, args.seconds) for rate in rates]
         finally:
             lib.og_io_free(io)
     print(f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Linux {platform.release()}  ")
