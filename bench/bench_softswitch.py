@@ -278,6 +278,34 @@ def engine_rate(dp: Any, frames: Sequence[bytes], seconds: float) -> float:
     return done / (time.perf_counter() - started)
 
 
+def forget_sessions(dp: Any) -> None:
+    """Clear every register: the data plane's session slots (and NAT claims) are forgotten, so
+    the next pass of session-opening packets is classified again, not admitted by a slot."""
+    if dp.native:
+        dp.clear_registers()
+        return
+    for reg in dp.program.registers.values():
+        reg.cells[:] = [0] * reg.size
+
+
+def first_pass_rate(dp: Any, frames: Sequence[bytes], seconds: float, c_loop: bool) -> float:
+    """Frames per second of passes over `frames`, each on fresh registers (the clearing is not
+    timed): every frame takes the path of a new flow. From Python, or in one C loop."""
+    frames = list(frames)
+    done, spent = 0, 0.0
+    while spent < seconds:
+        forget_sessions(dp)
+        started = time.perf_counter()
+        if c_loop:
+            dp.run_batch(INSIDE, frames, 1)
+        else:
+            for frame in frames:
+                dp.process(INSIDE, frame)
+        spent += time.perf_counter() - started
+        done += len(frames)
+    return done / spent
+
+
 def c_loop_rate(dp: NativeDataplane, frames: Sequence[bytes], seconds: float) -> float:
     """Frames per second through the native pipeline in one C loop (no Python per frame)."""
     frames = list(frames)
@@ -330,12 +358,20 @@ def in_process(schema: P4Schema, work: Workload, seconds: float) -> tuple[list[R
                 continue
             for path, frames in workloads(work):
                 check_routed(dp, frames, path)
+                fresh = path.startswith("HSM miss")
                 how = "in process, from Python" if dp.native else "in process"
-                rows.append(
-                    Row(f"software switch ({label})", how, path, engine_rate(dp, frames, seconds))
+                rate = (
+                    first_pass_rate(dp, frames, seconds, False)
+                    if fresh
+                    else engine_rate(dp, frames, seconds)
                 )
+                rows.append(Row(f"software switch ({label})", how, path, rate))
                 if dp.native:
-                    rate = c_loop_rate(dp, frames, seconds)
+                    rate = (
+                        first_pass_rate(dp, frames, seconds, True)
+                        if fresh
+                        else c_loop_rate(dp, frames, seconds)
+                    )
                     rows.append(Row(f"software switch ({label})", "in process, C loop", path, rate))
         finally:
             switch.set_dataplane(None)

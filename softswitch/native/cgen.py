@@ -555,7 +555,8 @@ class CGen(ExprC):
             out.tables[name] = TableDesc(i, name, list(t.kinds), list(t.widths))
         regs = []
         for name, (i, r) in self.registers.items():
-            regs.append(f"  dp->reg[{i}] = calloc({max(1, int(r['size']))}, 8);")
+            size = max(1, int(r["size"]))
+            regs.append(f"  dp->reg[{i}] = calloc({size}, 8); dp->reg_size[{i}] = {size};")
             out.registers[name] = i
         ctrs = []
         for name, (i, c) in self.counters.items():

@@ -102,6 +102,7 @@ def _bind(lib: ct.CDLL) -> None:
         "og_meter_execute_api": (u32, [vp, u32]),
         "og_entry_insert": (vp, [vp, u32, ct.c_char_p]),
         "og_entry_remove": (ct.c_int, [vp, u32, vp, ct.c_char_p]),
+        "og_dp_clear_registers": (None, [vp]),
         "og_dp_bench": (ct.c_uint64, [vp, u32, ct.c_char_p, ct.POINTER(u32), u32, u32]),
         "og_sizeof_entry": (u32, []),
         "og_sizeof_meter": (u32, []),
@@ -490,6 +491,10 @@ class NativeDataplane:
 
     def sync_hit(self, entry: tb.Entry) -> None:
         self.mirror.sync_hit(entry)
+
+    def clear_registers(self) -> None:
+        """Every register cell to 0 (benchmarks: the data plane's sessions forgotten)."""
+        self.lib.og_dp_clear_registers(self.dp)
 
     def run_batch(self, port: int, frames: list[bytes], rounds: int) -> int:
         """Run `frames` `rounds` times through the pipeline in one C loop (no Python per

@@ -123,6 +123,14 @@ OG_API void og_dp_counts(og_dp *dp, uint64_t *out) {
     out[2] = dp->digests.drops;
 }
 
+/* Every register cell to 0 (a fresh start for benchmarks and tests). */
+OG_API void og_dp_clear_registers(og_dp *dp) {
+    pthread_mutex_lock(&dp->lock);
+    for (int i = 0; i < OG_NREGS; i++)
+        if (dp->reg[i]) memset(dp->reg[i], 0, dp->reg_size[i] * sizeof(uint64_t));
+    pthread_mutex_unlock(&dp->lock);
+}
+
 OG_API og_table *og_dp_table(og_dp *dp, uint32_t i) { return i < OG_NTABLES ? dp->t[i] : NULL; }
 OG_API void og_dp_set_default(og_dp *dp, uint32_t i, og_entry *e) {
     if (i < OG_NTABLES) dp->def[i] = e;

@@ -14,6 +14,7 @@ typedef struct og_dp {
     og_table *t[OG_NTABLES];
     og_entry *def[OG_NTABLES];
     uint64_t *reg[OG_NREGS];
+    uint64_t reg_size[OG_NREGS];
     uint64_t *ctr[OG_NCTRS]; /* packets, bytes per cell */
     og_meter *mtr[OG_NMTRS];
     og_digest_ring digests;
