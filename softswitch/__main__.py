@@ -105,7 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.log_console:  # which engine and which port layer: always worth a line
         for name in ("softswitch.native", "softswitch.switch"):
             logging.getLogger(name).setLevel(logging.INFO)
-        logging.getLogger().handlers[0].setLevel(logging.INFO)
     if args.thrift_port is not None:
         LOG.info("--thrift-port %d ignored: this switch has no Thrift server", args.thrift_port)
     switch = Switch(device_id=args.device_id, cpu_port=args.cpu_port)

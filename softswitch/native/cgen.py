@@ -11,11 +11,12 @@ called directly. The semantics are the Python engine's (softswitch.engine, softs
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from softswitch.codegen_base import DROP_PORT, parse_hex
-from softswitch.layout import HeaderInfo
+from softswitch.layout import FieldInfo, HeaderInfo
 from softswitch.native.cgen_expr import CE, MAX_WIDTH, ExprC, UnsupportedError, mask_of
 from softswitch.program import Program
 
@@ -34,19 +35,11 @@ UNSUPPORTED_PRIMITIVES = {
 
 
 @dataclass(slots=True)
-class TableDesc:
-    """What Python needs to mirror one table: its index in the C program and key layout."""
-
-    index: int
-    name: str
-    kinds: list[str]
-    widths: list[int]
-
-
-@dataclass(slots=True)
 class CProgram:
+    """The C source, and where each table and extern array is in the program's `og_dp`."""
+
     source: str
-    tables: dict[str, TableDesc] = field(default_factory=dict)
+    tables: dict[str, int] = field(default_factory=dict)
     registers: dict[str, int] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
     meters: dict[str, int] = field(default_factory=dict)
@@ -69,101 +62,87 @@ class CGen(ExprC):
         ):
             if doc.get(key):
                 raise UnsupportedError(f"the program uses {what}")
+        mcast = self.std.get("mcast_grp")
         for act in doc.get("actions", []):
+            where = f"action {act.get('name')!r}"
+            if any(int(r["bitwidth"]) > MAX_WIDTH for r in act.get("runtime_data", [])):
+                raise UnsupportedError(f"{where}: parameter wider than 64 bits")
             for prim in act.get("primitives", []):
                 used = UNSUPPORTED_PRIMITIVES.get(prim.get("op", ""))
                 if used:
-                    raise UnsupportedError(f"action {act.get('name')!r} uses {used}")
-            for r in act.get("runtime_data", []):
-                if int(r["bitwidth"]) > MAX_WIDTH:
-                    raise UnsupportedError(
-                        f"action {act.get('name')!r}: parameter wider than 64 bits"
-                    )
-        mcast = self.std.get("mcast_grp")
-        if mcast is not None:
-            for act in doc.get("actions", []):
-                for prim in act.get("primitives", []):
-                    params = prim.get("parameters", [])
-                    if prim.get("op") in ("assign", "modify_field") and params:
-                        dst = params[0]
-                        if dst.get("type") == "field":
-                            fld = self.layout.find_field(".".join(dst["value"]))
-                            if fld is mcast:
-                                raise UnsupportedError(
-                                    f"action {act.get('name')!r} sets mcast_grp (multicast)"
-                                )
+                    raise UnsupportedError(f"{where} uses {used}")
+                dst = (prim.get("parameters") or [{}])[0]
+                if (
+                    mcast is not None
+                    and prim.get("op") in ("assign", "modify_field")
+                    and dst.get("type") == "field"
+                    and self.layout.find_field(".".join(dst["value"])) is mcast
+                ):
+                    raise UnsupportedError(f"{where} sets mcast_grp (multicast)")
         for ll in doc.get("learn_lists", []):
             if len(ll.get("elements", [])) > 32:
                 raise UnsupportedError(f"learn list {ll.get('name')!r} has more than 32 fields")
 
     # ------------------------------------------------------------------ header bits
+    @staticmethod
+    def offsets(info: HeaderInfo) -> Iterator[tuple[FieldInfo, str]]:
+        """Each field of a header with its bit offset (C; past a variable-length field, whose
+        length in bits is `L`, the offset counts it)."""
+        fixed, past_varbit = 0, False
+        for fld in info.fields:
+            yield fld, f"{fixed} + L" if past_varbit else str(fixed)
+            if fld.varbit:
+                past_varbit = True
+            else:
+                fixed += fld.width
+
     def extract(self, info: HeaderInfo, vl: str | None, out: list[str]) -> None:
-        too_short = self.errors["PacketTooShort"]
-        vs = info.vslot
+        """Extract `info` at the parser's cursor (`vl`: the length expression of extract_VL)."""
         if info.varbit is None:
-            nb = info.fixed_bytes
-            out.append(f"if (p->pos + {nb} > p->len) {{ err = {too_short}; goto done; }}")
-            out.append("{ const uint8_t *q = p->data + p->pos;")
-            off = 0
-            for fld in info.fields:
-                if fld.width:
-                    out.append(f"  f[{fld.slot}] = og_get_bits(q, {off}, {fld.width});")
-                else:
-                    out.append(f"  f[{fld.slot}] = 0;")
-                off += fld.width
-            out.append(f"  p->pos += {nb}; f[{vs}] = 1; }}")
-            return
-        if vl is None:
+            out.append(f"{{ const uint64_t nb = {info.fixed_bytes};")
+        elif vl is None:
             raise UnsupportedError(
                 f"header {info.name!r}: variable-length header without extract_VL"
             )
-        vo = self.vb_offset[info.id]
-        out.append(f"{{ uint64_t L = {vl};")
-        out.append(f"  if (L % 8) {{ err = {self.errors['ParserInvalidArgument']}; goto done; }}")
-        out.append(f"  uint64_t nb = {info.fixed_bytes} + L / 8;")
-        out.append(f"  if (p->pos + nb > p->len) {{ err = {too_short}; goto done; }}")
+        else:
+            out.append(f"{{ uint64_t L = {vl};")
+            out.append(
+                f"  if (L % 8) {{ err = {self.errors['ParserInvalidArgument']}; goto done; }}"
+            )
+            out.append(f"  uint64_t nb = {info.fixed_bytes} + L / 8;")
+            too_long = self.errors["HeaderTooShort"]
+            out.append(f"  if (nb > {info.max_bytes}) {{ err = {too_long}; goto done; }}")
         out.append(
-            f"  if (nb > {info.max_bytes}) {{ err = {self.errors['HeaderTooShort']}; goto done; }}"
+            f"  if (p->pos + nb > p->len) {{ err = {self.errors['PacketTooShort']}; goto done; }}"
         )
         out.append("  const uint8_t *q = p->data + p->pos;")
-        pos = "0"
-        for fld in info.fields:
+        for fld, off in self.offsets(info):
             if fld.varbit:
-                out.append(f"  memcpy(vb + {vo}, q + ({pos}) / 8, L / 8);")
+                out.append(f"  memcpy(vb + {self.vb_offset[info.id]}, q + ({off}) / 8, L / 8);")
                 out.append(f"  f[{fld.slot}] = 0;")
-                pos = f"({pos}) + L"
-                continue
-            if fld.width:
-                out.append(f"  f[{fld.slot}] = og_get_bits(q, {pos}, {fld.width});")
+            elif fld.width:
+                out.append(f"  f[{fld.slot}] = og_get_bits(q, {off}, {fld.width});")
             else:
                 out.append(f"  f[{fld.slot}] = 0;")
-            pos = f"({pos}) + {fld.width}"
-        out.append(f"  p->pos += (uint32_t)nb; f[{vs}] = 1; f[{info.vlen_slot}] = L; }}")
+        length = f" f[{info.vlen_slot}] = L;" if info.varbit is not None else ""
+        out.append(f"  p->pos += (uint32_t)nb; f[{info.vslot}] = 1;{length} }}")
 
     def emit_header(self, info: HeaderInfo, out: list[str]) -> None:
         """Append a valid header's bytes at `o + n` (n counts bytes)."""
         if info.varbit is None:
-            out.append(f"  if (f[{info.vslot}]) {{ memset(o + n, 0, {info.fixed_bytes});")
-            off = 0
-            for fld in info.fields:
-                if fld.width:
-                    out.append(f"    og_put_bits(o + n, {off}, {fld.width}, f[{fld.slot}]);")
-                off += fld.width
-            out.append(f"    n += {info.fixed_bytes}; }}")
-            return
-        vo = self.vb_offset[info.id]
-        out.append(f"  if (f[{info.vslot}]) {{ uint64_t L = f[{info.vlen_slot}];")
-        out.append(f"    memset(o + n, 0, {info.fixed_bytes} + L / 8);")
-        pos = "0"
-        for fld in info.fields:
+            out.append(f"  if (f[{info.vslot}]) {{ const uint64_t nb = {info.fixed_bytes};")
+        else:
+            out.append(f"  if (f[{info.vslot}]) {{ uint64_t L = f[{info.vlen_slot}];")
+            out.append(f"    uint64_t nb = {info.fixed_bytes} + L / 8;")
+        out.append("    memset(o + n, 0, nb);")
+        for fld, off in self.offsets(info):
             if fld.varbit:
-                out.append(f"    memcpy(o + n + ({pos}) / 8, vb + {vo}, L / 8);")
-                pos = f"{pos} + L"
-                continue
-            if fld.width:
-                out.append(f"    og_put_bits(o + n, {pos}, {fld.width}, f[{fld.slot}]);")
-            pos = f"{pos} + {fld.width}"
-        out.append(f"    n += {info.fixed_bytes} + L / 8; }}")
+                out.append(
+                    f"    memcpy(o + n + ({off}) / 8, vb + {self.vb_offset[info.id]}, L / 8);"
+                )
+            elif fld.width:
+                out.append(f"    og_put_bits(o + n, {off}, {fld.width}, f[{fld.slot}]);")
+        out.append("    n += (uint32_t)nb; }")
 
     # ------------------------------------------------------------------ parser
     def parser(self) -> None:
@@ -485,11 +464,12 @@ class CGen(ExprC):
         if table.with_counters:
             out.append("  e->packets += 1; e->bytes += p->ilen;")
         if table.support_timeout:
-            out.append("  e->last_hit = og_now_ns();")
+            out.append("  e->last_hit = p->now;")
         meter = table.direct_meter
         if meter is not None and meter.result_slot >= 0:
             out.append(
-                f"  f[{meter.result_slot}] = e->meter ? og_meter_execute(e->meter, p->ilen) : 0;"
+                f"  f[{meter.result_slot}] = "
+                "e->meter ? og_meter_execute(e->meter, p->ilen, p->now) : 0;"
             )
         if table.impl == "simple":
             out += ["  " + x for x in run("e->action", "e->data")]
@@ -511,15 +491,7 @@ class CGen(ExprC):
     # ------------------------------------------------------------------ the whole file
     def build(self) -> CProgram:
         doc = self.doc
-        prog = self.program
-        if len(doc.get("parsers", [])) != 1 or len(doc.get("deparsers", [])) != 1:
-            raise UnsupportedError("not one parser and one deparser")
-        for ll in doc.get("learn_lists", []):
-            for el in ll.get("elements", []):
-                e = self.field_ref(el["value"], f"learn list {ll.get('name')!r}")
-                if e.kind != "d":
-                    raise UnsupportedError("a variable-length field in a digest")
-        head: list[str] = []
+        prog = self.program  # load_program checked: one parser, one deparser, both pipelines
         self.actions()
         self.parser()
         self.checksums(verify=True)
@@ -533,9 +505,14 @@ class CGen(ExprC):
         std = self.std
         learn = []
         for ll in doc.get("learn_lists", []):
-            slots = [
-                self.field_ref(el["value"], "learn list").code for el in ll.get("elements", [])
-            ]
+            slots = []
+            for el in ll.get("elements", []):
+                e = self.field_ref(el["value"], f"learn list {ll.get('name')!r}")
+                if e.kind != "d":
+                    raise UnsupportedError(
+                        f"learn list {ll.get('name')!r}: a variable-length field"
+                    )
+                slots.append(e.code)
             learn.append(
                 f"    case {int(ll['id'])}: {{ uint64_t v_[] = {{{', '.join(slots) or '0'}}}; "
                 f"og_digest_push(&dp->digests, {int(ll['id'])}, {len(slots)}, v_); break; }}"
@@ -552,7 +529,7 @@ class CGen(ExprC):
                 f"  {{ static const uint8_t k_[] = {{{kinds}}}, w_[] = {{{widths}}}; "
                 f"dp->t[{i}] = og_table_new({len(t.kinds)}, k_, w_); }}"
             )
-            out.tables[name] = TableDesc(i, name, list(t.kinds), list(t.widths))
+            out.tables[name] = i
         regs = []
         for name, (i, r) in self.registers.items():
             size = max(1, int(r["size"]))
@@ -576,7 +553,7 @@ class CGen(ExprC):
             return std[key].slot if key in std else -1
 
         espec_mask = (1 << std["egress_spec"].width) - 1
-        head += [
+        head = [
             '#include "og_rt.h"',
             f"#define OG_NSLOTS {nslots}",
             f"#define OG_VB_BYTES {max(1, self.vb_bytes)}",
@@ -593,7 +570,7 @@ class CGen(ExprC):
             "                        uint8_t *obuf, uint32_t *out_port) {",
             "  uint64_t f[OG_NSLOTS]; uint8_t vb[OG_VB_BYTES];",
             "  memcpy(f, OG_TEMPLATE, sizeof f);",
-            "  og_pkt pk = {data, len, 0, len, len, 0, 0}; og_pkt *p = &pk;",
+            "  og_pkt pk = {data, len, 0, len, len, og_now_ns(), 0, 0}; og_pkt *p = &pk;",
             f"  f[{slot('ingress_port')}] = port;",
         ]
         if slot("packet_length") >= 0:
@@ -601,7 +578,7 @@ class CGen(ExprC):
         if slot("ingress_global_timestamp") >= 0:
             walk.append(
                 f"  f[{slot('ingress_global_timestamp')}] = "
-                "(uint64_t)(og_now_ns() - dp->start_ns) / 1000;"
+                "(uint64_t)(p->now - dp->start_ns) / 1000;"
             )
         walk.append("  uint64_t err = og_parse(dp, p, f, vb);")
         if slot("parser_error") >= 0:
@@ -629,7 +606,7 @@ class CGen(ExprC):
         if slot("egress_global_timestamp") >= 0:
             walk.append(
                 f"  f[{slot('egress_global_timestamp')}] = "
-                "(uint64_t)(og_now_ns() - dp->start_ns) / 1000;"
+                "(uint64_t)(p->now - dp->start_ns) / 1000;"
             )
         walk.append(f"  f[{slot('egress_port')}] = espec;")
         walk.append(f"  f[{slot('egress_spec')}] = {(DROP_PORT + 1) & espec_mask};")
@@ -655,19 +632,12 @@ class CGen(ExprC):
             *mtrs,
             "}",
         ]
-        pre = [
-            *head,
-            "static inline uint64_t og_reg_read(const uint64_t *r, uint64_t size, uint64_t i) "
-            "{ return i < size ? r[i] : 0; }",
-            "static inline void og_reg_write(uint64_t *r, uint64_t size, uint64_t i, uint64_t v) "
-            "{ if (i < size) r[i] = v; }",
-        ]
         proto = [
             f"static void og_action_{int(a['id'])}(og_dp *dp, og_pkt *p, uint64_t *f, "
             "uint8_t *vb, const uint64_t *ad);"
             for a in doc.get("actions", [])
         ]
-        out.source = "\n".join([*pre, *proto, *self.src, *walk, *init, '#include "og_dp.c"', ""])
+        out.source = "\n".join([*head, *proto, *self.src, *walk, *init, '#include "og_dp.c"', ""])
         return out
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from softswitch.codegen_base import CORE_ERRORS, DROP_PORT, parse_hex, standard_metadata
-from softswitch.layout import FieldInfo, HeaderInfo, Layout
+from softswitch.layout import HeaderInfo, Layout
 
 MAX_WIDTH = 64
 HASHES = {
@@ -42,12 +42,24 @@ class CE:
     """A compiled expression: C source and what it denotes (d data, b bool, h header, o name)."""
 
     code: str
-    kind: str
+    kind: str  # also v: a variable-length field (its bytes are not a value)
     width: int = 0
-    lv: bool = False
-    hid: int = -1
-    name: str = ""
-    fld: FieldInfo | None = None
+    lv: bool = False  # `code` is an assignable PHV slot
+    hid: int = -1  # the header's id (kind h)
+
+
+# C of the BMv2 JSON's binary operators on values (and of the primitives doing the same), all
+# modulo 2**64; shifts by 64 or more give 0, as the Python engine's masked results do.
+BINARY = {"+": "+", "-": "-", "*": "*", "&": "&", "|": "|", "^": "^", "<<": "og_shl"}
+BINARY |= {">>": "og_shr", "/": "og_div", "%": "og_mod"}
+PRIMITIVE_BINARY = {"add": "+", "subtract": "-", "bit_and": "&", "bit_or": "|", "bit_xor": "^"}
+PRIMITIVE_BINARY |= {"shift_left": "<<", "shift_right": ">>"}
+
+
+def binary(op: str, a: str, b: str) -> CE:
+    """The value `a op b` (op a key of BINARY)."""
+    c = BINARY[op]
+    return CE(f"{c}({a}, {b})" if c.startswith("og_") else f"({a} {c} {b})", "d")
 
 
 def mask_of(width: int) -> str:
@@ -103,11 +115,11 @@ class ExprC:
     def field_ref(self, value: Any, where: str) -> CE:
         h = self.layout.header(value[0], where)
         if value[1] == "$valid$":
-            return CE(f"f[{h.vslot}]", "d", 1, lv=False)
+            return CE(f"f[{h.vslot}]", "d", 1)
         fld = self.layout.field(value[0], value[1], where)
         if fld.varbit:
-            return CE("", "v", 0, hid=h.id, fld=fld)
-        return CE(f"f[{fld.slot}]", "d", fld.width, lv=True, hid=h.id, fld=fld)
+            return CE("", "v", 0, hid=h.id)
+        return CE(f"f[{fld.slot}]", "d", fld.width, lv=True, hid=h.id)
 
     def expr(self, v: Any, where: str, adw: list[int] | None = None) -> CE:
         if not isinstance(v, dict):
@@ -128,7 +140,7 @@ class ExprC:
             return CE(f"ad[{i}]", "d", width)
         if t == "header":
             h = self.layout.header(val, where)
-            return CE(str(h.id), "h", hid=h.id, name=val)
+            return CE(str(h.id), "h", hid=h.id)
         if t == "register":
             idx, reg = self._register(val[0], where)
             at = self.data(self.expr(val[1], where, adw), where)
@@ -136,7 +148,7 @@ class ExprC:
         if t == "expression":
             return self.expr(val, where, adw)
         if t in ("string", "calculation", "meter_array", "counter_array", "register_array"):
-            return CE("", "o", name=str(val))
+            return CE(str(val), "o")
         raise UnsupportedError(f"{where}: operand type {t!r}")
 
     def data(self, e: CE, where: str) -> str:
@@ -163,15 +175,8 @@ class ExprC:
             return self.data(sub(x), where)
 
         left, right = v.get("left"), v.get("right")
-        simple = {"+": "+", "-": "-", "*": "*", "&": "&", "|": "|", "^": "^"}
-        if op in simple:
-            return CE(f"({d(left)} {simple[op]} {d(right)})", "d")
-        if op in ("<<", ">>"):
-            fn = "og_shl" if op == "<<" else "og_shr"
-            return CE(f"{fn}({d(left)}, {d(right)})", "d")
-        if op in ("/", "%"):
-            fn = "og_div" if op == "/" else "og_mod"
-            return CE(f"{fn}({d(left)}, {d(right)})", "d")
+        if op in BINARY:
+            return binary(op, d(left), d(right))
         if op in ("==", "!=", ">", "<", ">=", "<="):
             a, b = sub(left), sub(right)
             if a.kind == "h" or b.kind == "h":
@@ -198,7 +203,7 @@ class ExprC:
             return CE(f"(~{d(right)})", "d")
         if op == "valid":
             h = sub(right)
-            if h.kind != "h" or h.hid < 0:
+            if h.kind != "h":
                 raise UnsupportedError(f"{where}: validity of a {h.kind!r} operand")
             return CE(f"(f[{self.layout.headers_by_id[h.hid].vslot}] != 0)", "b")
         if op == "?":
@@ -331,8 +336,8 @@ class ExprC:
             return [self.assign(arg(0), arg(1), where)]
         if op in ("assign_header", "copy_header"):
             dst, src = arg(0), arg(1)
-            if dst.kind != "h" or src.kind != "h" or dst.hid < 0 or src.hid < 0:
-                raise UnsupportedError(f"{where}: a header known only at run time")
+            if dst.kind != "h" or src.kind != "h":
+                raise UnsupportedError(f"{where}: expects a header")
             hd = self.layout.headers_by_id[dst.hid]
             hs = self.layout.headers_by_id[src.hid]
             if hd.varbit is not None or hs.varbit is not None or hd.nslots != hs.nslots:
@@ -340,8 +345,8 @@ class ExprC:
             return [f"memmove(&f[{hd.vslot}], &f[{hs.vslot}], {hd.nslots} * 8);"]
         if op in ("add_header", "add_header_fast", "remove_header"):
             h = arg(0)
-            if h.kind != "h" or h.hid < 0:
-                raise UnsupportedError(f"{where}: a header known only at run time")
+            if h.kind != "h":
+                raise UnsupportedError(f"{where}: expects a header")
             info = self.layout.headers_by_id[h.hid]
             if info.union >= 0:
                 raise UnsupportedError(f"{where}: a header in a union")
@@ -363,19 +368,9 @@ class ExprC:
         if op in ("add_to_field", "subtract_from_field"):
             dst = arg(0)
             sign = "+" if op == "add_to_field" else "-"
-            return [self.assign(dst, CE(f"({dst.code} {sign} {d(1)})", "d"), where)]
-        binops = {
-            "add": "+",
-            "subtract": "-",
-            "bit_and": "&",
-            "bit_or": "|",
-            "bit_xor": "^",
-        }
-        if op in binops:
-            return [self.assign(arg(0), CE(f"({d(1)} {binops[op]} {d(2)})", "d"), where)]
-        if op in ("shift_left", "shift_right"):
-            fn = "og_shl" if op == "shift_left" else "og_shr"
-            return [self.assign(arg(0), CE(f"{fn}({d(1)}, {d(2)})", "d"), where)]
+            return [self.assign(dst, binary(sign, dst.code, d(1)), where)]
+        if op in PRIMITIVE_BINARY:
+            return [self.assign(arg(0), binary(PRIMITIVE_BINARY[op], d(1), d(2)), where)]
         if op == "modify_field_with_hash_based_offset":
             calc = self.calculation(params[2]["value"], where)
             size = d(3)
@@ -400,7 +395,7 @@ class ExprC:
             msize = int(spec.get("size", 0))
             code = (
                 f"({{ uint64_t i_ = {d(1)}; i_ < {msize}ULL ? "
-                f"og_meter_execute(&dp->mtr[{idx}][i_], p->ilen) : 0; }})"
+                f"og_meter_execute(&dp->mtr[{idx}][i_], p->ilen, p->now) : 0; }})"
             )
             return [self.assign(arg(2), CE(code, "d"), where)]
         if op == "register_read":

@@ -35,7 +35,6 @@ LOG = logging.getLogger(__name__)
 DigestSink = Callable[[int, tuple[int, ...]], None]
 Emit = Callable[[int, bytes], None]
 MAX_FRAME = 65536 + 1024
-KIND_CODES = {"exact": 0, "lpm": 1, "ternary": 2, "range": 3, "optional": 4, "valid": 0}
 
 
 class CEntry(ct.Structure):
@@ -88,8 +87,7 @@ def _bind(lib: ct.CDLL) -> None:
         "og_dp_io": (vp, [vp]),
         "og_dp_io_close": (None, [vp]),
         "og_dp_pop_digest": (i32, [vp, ct.POINTER(u32), U64P, u32]),
-        "og_dp_counts": (None, [vp, U64P]),
-        "og_dp_table": (vp, [vp, u32]),
+        "og_dp_digest_drops": (ct.c_uint64, [vp]),
         "og_dp_set_default": (None, [vp, u32, vp]),
         "og_dp_register": (vp, [vp, u32]),
         "og_dp_counter": (vp, [vp, u32]),
@@ -106,8 +104,6 @@ def _bind(lib: ct.CDLL) -> None:
         "og_dp_bench": (ct.c_uint64, [vp, u32, ct.c_char_p, ct.POINTER(u32), u32, u32]),
         "og_sizeof_entry": (u32, []),
         "og_sizeof_meter": (u32, []),
-        "og_table_add": (ct.c_int, [vp, vp, U64P, U64P, U64P, U64P, i64]),
-        "og_table_remove": (ct.c_int, [vp, vp, U64P, U64P, U64P, U64P, i64]),
         "og_io_upcall_fd": (ct.c_int, [vp]),
         "og_io_pop_upcall": (i32, [vp, ct.POINTER(u32), ct.c_char_p, u32]),
         "og_io_send": (ct.c_int, [vp, u32, ct.c_char_p, u32]),
@@ -180,7 +176,7 @@ class CounterView:
 
 
 class NativeMeter(Meter):
-    """A meter whose state is a C `og_meter`: configured from Python, executed in ct."""
+    """A meter whose state is a C `og_meter`: configured from Python, executed in C."""
 
     __slots__ = ("_addr", "_clock", "_lib")
 
@@ -223,17 +219,18 @@ def _detach(e: tb.Entry) -> None:
 class Mirror:
     """Keeps the C tables equal to the Python ones (softswitch.tables.Table.observer)."""
 
-    def __init__(self, lib: ct.CDLL, dp: int, cprog: CProgram, program: Program) -> None:
+    def __init__(
+        self, lib: ct.CDLL, dp: int, clock: CLock, cprog: CProgram, program: Program
+    ) -> None:
         self.lib = lib
         self.dp = dp
-        self.clock = CLock(lib, dp)
-        self.cprog = cprog
+        self.clock = clock
         self.program = program
         self.c_of: dict[int, int] = {}  # id(entry) -> its C address
         self.blobs: dict[int, bytes] = {}  # id(entry) -> what og_entry_insert was given
         self.seen_hit: dict[int, int] = {}  # id(entry) -> C's last hit when last looked at
         self.defaults: dict[str, int] = {}
-        self.index = {name: d.index for name, d in cprog.tables.items()}
+        self.index = cprog.tables  # table name -> its index in the C program
         self.stride: dict[str, int] = {}
         for name, t in program.tables.items():
             self.stride[name] = 1 + max((len(a.params) for a in t.actions.values()), default=0)
@@ -246,22 +243,16 @@ class Mirror:
                 self.default_set(t)
 
     # ---- entries
-    def _new_c_entry(self, t: tb.Table, e: tb.Entry) -> tuple[int, CEntry]:
-        meter_packets = -1
-        if t.direct_meter is not None:
-            meter_packets = 1 if t.direct_meter.packets else 0
-        addr = self.lib.og_entry_new(len(e.data), meter_packets)
+    def _default_entry(self, e: tb.Entry) -> int:
+        """A C entry for a table's default action (a direct action: no member, counter, meter)."""
+        addr: int = self.lib.og_entry_new(len(e.data), -1)
         if not addr:
             raise MemoryError("cannot allocate a native table entry")
-        view = CEntry.from_address(addr)
-        if e.action is not None and t.impl == "simple":
-            view.action = e.action.id
+        if e.action is not None:
+            CEntry.from_address(addr).action = e.action.id
             data = (ct.c_uint64 * len(e.data)).from_address(addr + ct.sizeof(CEntry))
-            for i, v in enumerate(e.data):
-                data[i] = v
-        else:
-            self._set_members(t, e, addr)
-        return addr, view
+            data[:] = list(e.data)
+        return addr
 
     def _set_members(self, t: tb.Table, e: tb.Entry, addr: int) -> None:
         stride = self.stride[t.name]
@@ -278,7 +269,6 @@ class Mirror:
             for j, v in enumerate(m.data):
                 words[i * stride + 1 + j] = v
         self.lib.og_entry_set_members(addr, len(members), stride, words, is_group)
-        CEntry.from_address(addr).action = -1
 
     def _blob(self, t: tb.Table, e: tb.Entry) -> bytes:
         """The entry as og_entry_insert reads it (og_dp.c): action, data, meter, counters,
@@ -349,13 +339,10 @@ class Mirror:
             self.entry_removed(t, e)
 
     def default_set(self, t: tb.Table) -> None:
-        index = self.cprog.tables[t.name].index
-        addr = 0
-        if t.default is not None:
-            addr, _ = self._new_c_entry(t, t.default)
+        addr = self._default_entry(t.default) if t.default is not None else 0
         old = self.defaults.pop(t.name, 0)
         with self.clock:
-            self.lib.og_dp_set_default(self.dp, index, addr or None)
+            self.lib.og_dp_set_default(self.dp, self.index[t.name], addr or None)
             if old:
                 self.lib.og_entry_free(old)
         if addr:
@@ -412,9 +399,8 @@ class NativeDataplane:
         self.lib = lib
         self.cprog = cprog
         self.digest_sink = digest_sink
-        self.pre = (
-            Replication()
-        )  # accepted, unused: programs with multicast or clones run in Python
+        # accepted, unused: programs with multicast or clones run on the Python engine
+        self.pre = Replication()
         self.dropped_errors = 0
         dp = lib.og_dp_new()
         if not dp:
@@ -435,7 +421,7 @@ class NativeDataplane:
         self.emit: Emit | None = None
         with self.lock:
             self._bind_externs()
-            self.mirror = Mirror(lib, dp, cprog, program)
+            self.mirror = Mirror(lib, dp, self.clock, cprog, program)
 
     def _bind_externs(self) -> None:
         prog, lib, dp = self.program, self.lib, self.dp
@@ -505,11 +491,6 @@ class NativeDataplane:
         self.drain_digests()
         return int(out)
 
-    def counts(self) -> tuple[int, int, int]:
-        out = (ct.c_uint64 * 3)()
-        self.lib.og_dp_counts(self.dp, out)
-        return int(out[0]), int(out[1]), int(out[2])
-
     # ---- ports in C
     def open_ports(self, interfaces: dict[int, str], emit: Emit) -> None:
         """Serve these interfaces from the C polling thread; `emit(port, frame)` receives what it
@@ -533,11 +514,16 @@ class NativeDataplane:
         stop_r = self._io_stop[0]
         buf = ct.create_string_buffer(MAX_FRAME)
         port = ct.c_uint32()
+        digest_drops = 0
         while True:
             ready, _, _ = select.select([fd, stop_r], [], [], 1.0)
             if stop_r in ready:
                 return
             self.drain_digests()
+            drops = self.lib.og_dp_digest_drops(self.dp)
+            if drops != digest_drops:
+                LOG.warning("%d digests lost so far: the digest ring was full", drops)
+                digest_drops = drops
             while True:
                 n = self.lib.og_io_pop_upcall(self._io, ct.byref(port), buf, MAX_FRAME)
                 if n < 0:
@@ -548,14 +534,11 @@ class NativeDataplane:
                     except Exception:
                         LOG.exception("slow-path frame for port %d", port.value)
 
-    def transmit(self, port: int, frame: bytes) -> bool:
-        """Send on a port served by C; False when C serves no ports."""
-        if not self._io:
-            return False
+    def transmit(self, port: int, frame: bytes) -> None:
+        """Send on a port served by C (when `owns_ports`)."""
         rc = self.lib.og_io_send(self._io, port, frame, len(frame))
         if rc < -1:
             LOG.debug("port %d: send failed: %s", port, os.strerror(-rc))
-        return True
 
     @property
     def owns_ports(self) -> bool:

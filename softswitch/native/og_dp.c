@@ -41,16 +41,24 @@ OG_API void og_dp_free(og_dp *dp) {
 OG_API void og_dp_lock(og_dp *dp) { pthread_mutex_lock(&dp->lock); }
 OG_API void og_dp_unlock(og_dp *dp) { pthread_mutex_unlock(&dp->lock); }
 
+/* One frame through the pipeline under the data plane's lock: the output frame's length in obuf
+ * (-1: dropped). *fresh_digests tells whether the frame made the digest ring non-empty. */
+static int32_t og_dp_run(og_dp *dp, uint32_t port, const uint8_t *data, uint32_t len,
+                         uint8_t *obuf, uint32_t *out_port, int *fresh_digests) {
+    pthread_mutex_lock(&dp->lock);
+    int had_digests = dp->digests.head != dp->digests.tail;
+    int32_t n = og_walk(dp, port, data, len, obuf, out_port);
+    *fresh_digests = !had_digests && dp->digests.head != dp->digests.tail;
+    pthread_mutex_unlock(&dp->lock);
+    return n;
+}
+
 /* One frame through the switch, from Python; the output frame (length returned, -1 if dropped)
  * is in og_dp_obuf(dp) until the next call. Python serialises its own calls. */
 OG_API int32_t og_dp_process(og_dp *dp, uint32_t port, const uint8_t *data, uint32_t len,
                              uint32_t *out_port) {
-    pthread_mutex_lock(&dp->lock);
-    dp->packets++;
-    int32_t n = og_walk(dp, port, data, len, dp->obuf_py, out_port);
-    if (n < 0) dp->dropped++;
-    pthread_mutex_unlock(&dp->lock);
-    return n;
+    int fresh;
+    return og_dp_run(dp, port, data, len, dp->obuf_py, out_port, &fresh);
 }
 
 OG_API uint8_t *og_dp_obuf(og_dp *dp) { return dp->obuf_py; }
@@ -60,15 +68,10 @@ static uint32_t og_dp_io_process(void *ctx, uint32_t in_port, const uint8_t *fra
                                  og_frame *out, uint32_t max_out) {
     og_dp *dp = ctx;
     uint32_t port = 0;
+    int fresh;
     if (!max_out) return 0;
-    pthread_mutex_lock(&dp->lock);
-    int had_digests = dp->digests.head != dp->digests.tail;
-    dp->packets++;
-    int32_t n = og_walk(dp, in_port, frame, len, dp->obuf_io, &port);
-    if (n < 0) dp->dropped++;
-    int has_digests = dp->digests.head != dp->digests.tail;
-    pthread_mutex_unlock(&dp->lock);
-    if (has_digests && !had_digests && dp->io) og_io_notify(dp->io);
+    int32_t n = og_dp_run(dp, in_port, frame, len, dp->obuf_io, &port, &fresh);
+    if (fresh && dp->io) og_io_notify(dp->io); /* the slow path has digests to read */
     if (n <= 0) return 0; /* dropped, or nothing left to send */
     out[0].port = port;
     out[0].len = (uint32_t)n;
@@ -117,11 +120,8 @@ OG_API int32_t og_dp_pop_digest(og_dp *dp, uint32_t *id, uint64_t *values, uint3
     return n;
 }
 
-OG_API void og_dp_counts(og_dp *dp, uint64_t *out) {
-    out[0] = dp->packets;
-    out[1] = dp->dropped;
-    out[2] = dp->digests.drops;
-}
+/* Digests lost because the ring was full (the slow path did not keep up). */
+OG_API uint64_t og_dp_digest_drops(og_dp *dp) { return dp->digests.drops; }
 
 /* Every register cell to 0 (a fresh start for benchmarks and tests). */
 OG_API void og_dp_clear_registers(og_dp *dp) {
@@ -131,7 +131,6 @@ OG_API void og_dp_clear_registers(og_dp *dp) {
     pthread_mutex_unlock(&dp->lock);
 }
 
-OG_API og_table *og_dp_table(og_dp *dp, uint32_t i) { return i < OG_NTABLES ? dp->t[i] : NULL; }
 OG_API void og_dp_set_default(og_dp *dp, uint32_t i, og_entry *e) {
     if (i < OG_NTABLES) dp->def[i] = e;
 }
@@ -193,7 +192,7 @@ OG_API void og_meter_configure(og_meter *m, double cir, int64_t cburst, double p
 
 OG_API void og_meter_clear(og_meter *m) { m->configured = 0; }
 OG_API uint32_t og_meter_execute_api(og_meter *m, uint32_t nbytes) {
-    return (uint32_t)og_meter_execute(m, nbytes);
+    return (uint32_t)og_meter_execute(m, nbytes, og_now_ns());
 }
 
 OG_API uint32_t og_sizeof_entry(void) { return (uint32_t)sizeof(og_entry); }
@@ -205,17 +204,14 @@ OG_API uint64_t og_dp_bench(og_dp *dp, uint32_t port, const uint8_t *blob, const
                             uint32_t n, uint32_t rounds) {
     uint64_t out = 0;
     uint32_t out_port = 0;
+    int fresh;
     for (uint32_t r = 0; r < rounds; r++) {
         const uint8_t *p = blob;
         for (uint32_t i = 0; i < n; i++) {
-            pthread_mutex_lock(&dp->lock);
-            int32_t len = og_walk(dp, port, p, lens[i], dp->obuf_py, &out_port);
-            pthread_mutex_unlock(&dp->lock);
-            if (len >= 0) out++;
+            if (og_dp_run(dp, port, p, lens[i], dp->obuf_py, &out_port, &fresh) >= 0) out++;
             p += lens[i];
         }
     }
-    dp->packets += (uint64_t)n * rounds;
     return out;
 }
 
@@ -232,10 +228,8 @@ static const uint64_t *og_blob_keys(const uint64_t *w, uint64_t *prio, uint32_t 
 }
 
 OG_API og_entry *og_entry_insert(og_dp *dp, uint32_t ti, const void *blob) {
-    uint64_t w0[2];
-    memcpy(w0, blob, sizeof w0);
-    uint64_t ndata = w0[1];
-    const uint64_t *w = blob; /* bytes objects are 8-byte aligned */
+    const uint64_t *w = blob; /* Python bytes objects are 8-byte aligned */
+    uint64_t ndata = w[1];
     int64_t meter_packets = (int64_t)w[2 + ndata];
     og_entry *e = og_entry_new((uint32_t)ndata, (int32_t)meter_packets);
     if (!e) return NULL;

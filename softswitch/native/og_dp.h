@@ -20,7 +20,6 @@ typedef struct og_dp {
     og_digest_ring digests;
     uint64_t rng;
     og_io *io;
-    uint64_t packets, dropped;
     uint8_t scratch[OG_SCRATCH];
     uint8_t obuf_py[OG_OBUF];
     uint8_t obuf_io[OG_OBUF];

@@ -32,6 +32,13 @@ static inline uint64_t og_mask(unsigned w) { return w >= 64 ? ~0ULL : ((1ULL << 
 static inline uint64_t og_shl(uint64_t a, uint64_t b) { return b >= 64 ? 0 : a << b; }
 static inline uint64_t og_shr(uint64_t a, uint64_t b) { return b >= 64 ? 0 : a >> b; }
 static inline uint64_t og_div(uint64_t a, uint64_t b) { return b ? a / b : 0; }
+/* Register cells: reads out of range give 0, writes out of range are ignored (as BMv2). */
+static inline uint64_t og_reg_read(const uint64_t *r, uint64_t size, uint64_t i) {
+    return i < size ? r[i] : 0;
+}
+static inline void og_reg_write(uint64_t *r, uint64_t size, uint64_t i, uint64_t v) {
+    if (i < size) r[i] = v;
+}
 static inline uint64_t og_mod(uint64_t a, uint64_t b) { return b ? a % b : 0; }
 
 /* `w` bits (1..64) of `d` starting `off` bits in (big-endian bit order). */
@@ -137,10 +144,11 @@ typedef struct og_meter {
     int64_t origin;
 } og_meter;
 
-static inline uint64_t og_meter_execute(og_meter *m, uint32_t nbytes) {
+/* The colour of `nbytes` arriving at `now` (CLOCK_MONOTONIC ns). */
+static inline uint64_t og_meter_execute(og_meter *m, uint32_t nbytes, int64_t now) {
     if (!m->configured) return OG_GREEN;
     int64_t amount = m->packets ? 1 : nbytes;
-    int64_t elapsed = og_now_ns() - m->origin;
+    int64_t elapsed = now - m->origin;
     static const int colours[2] = {OG_RED, OG_YELLOW};
     for (int i = 0; i < 2; i++) {
         int64_t since = (int64_t)((double)elapsed * m->rate[i] / 1e9);
@@ -182,6 +190,7 @@ typedef struct og_pkt {
     uint32_t pos;    /* parser cursor */
     uint32_t ilen;   /* length as received */
     int64_t length;  /* packet_length as headers are added and removed */
+    int64_t now;     /* CLOCK_MONOTONIC ns at arrival: time stamps, last hits, meters */
     int32_t exit_;
     int32_t learn_id;
 } og_pkt;
