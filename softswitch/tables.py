@@ -136,6 +136,7 @@ class ActionProfile:
         for mid in ids:
             self._purge_copies(self.members[mid])
         self.expand(group)
+        self._changed()
 
     def delete_group(self, group_id: int) -> None:
         group = self.groups.pop(group_id)
@@ -165,14 +166,16 @@ class ActionProfile:
                 by_handle.extend((h, member) for h in member.handles[:weight])
         by_handle.sort(key=lambda hm: hm[0])
         group.expanded = tuple(m for _, m in by_handle)
-        if self.observer is not None:
-            self.observer.profile_changed(self)
 
     def refresh_groups_of(self, member_id: int) -> None:
         for group in self.groups.values():
             if member_id in group.members:
                 self.expand(group)
-        if self.observer is not None:  # entries naming the member itself
+        self._changed()
+
+    def _changed(self) -> None:
+        """Tell the observer that what entries choose from changed (once per write)."""
+        if self.observer is not None:
             self.observer.profile_changed(self)
 
     def clear(self) -> None:
