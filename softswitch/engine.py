@@ -128,11 +128,8 @@ class Dataplane:
     native = False
     owns_ports = False
 
-    def sync_hits(self, table: Any) -> None:
-        """Entries' last hits are kept in place (the native data plane copies them back)."""
-
     def sync_hit(self, entry: Any) -> None:
-        """The same for one entry."""
+        """An entry's last hit is kept in place (the native data plane copies it back)."""
 
     def close(self) -> None:
         """Nothing to release (the native data plane frees its C state)."""

@@ -12,6 +12,7 @@ import grpc
 from finsy.proto import p4r
 
 from softswitch.engine import Dataplane
+from softswitch.idle import IdleTimers
 from softswitch.p4info_map import P4InfoMap
 from softswitch.program import Program
 
@@ -61,6 +62,7 @@ class Pipeline:
     program: Program
     map: P4InfoMap
     dataplane: Dataplane
+    idle: IdleTimers = field(default_factory=IdleTimers)
 
 
 @dataclass(slots=True)

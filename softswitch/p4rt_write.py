@@ -133,6 +133,7 @@ class WriteHandlers(TableCodec):
             entry.meter.configure(mc.cir, mc.cburst, mc.pir, mc.pburst)
         t.insert(entry)
         self._take_refs(t, entry)
+        pipe.idle.arm(t, entry, info)
 
     def _entry_with_action(
         self, pipe: Pipeline, info: TableInfo, key: tuple[Any, ...], te: Any

@@ -495,19 +495,10 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
         primary = self._primary()
         if primary is None:
             return
-        expired: list[Any] = []
-        for info in pipe.map.tables.values():
-            if not info.table.support_timeout:
-                continue
-            pipe.dataplane.sync_hits(info.table)
-            for entry in info.table.iter_entries():
-                if (
-                    entry.timeout_ns
-                    and not entry.notified
-                    and now - entry.last_hit >= entry.timeout_ns
-                ):
-                    entry.notified = True
-                    expired.append(self.entry_proto(info, entry, False, False))
+        expired = [
+            self.entry_proto(info, entry, False, False)
+            for info, entry in pipe.idle.expired(now, pipe.dataplane.sync_hit)
+        ]
         if expired:
             msg = p4r.StreamMessageResponse()
             msg.idle_timeout_notification.timestamp = time.time_ns()

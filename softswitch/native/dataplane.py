@@ -5,7 +5,7 @@ frame)`, `lock`, `program`, `pre`, digests to a sink. The P4Runtime server keeps
 (the source of truth for reads and writes); each change is mirrored into the C tables as it happens
 (`tables.Table.observer`), and the state that packets change lives in C and is seen from Python
 in place: direct and indirect counters and registers as ctypes arrays over the C memory, meters
-through `NativeMeter`, idle-timeout hits copied back by `sync_hits`. With `open_ports` the C side
+through `NativeMeter`, idle-timeout hits copied back by `sync_hit`. With `open_ports` the C side
 also does the packet I/O (softswitch/native/og_io.c) and a Python thread takes what it queues for
 the slow path: frames for ports without an interface (the CPU port) and digests.
 """
@@ -367,10 +367,6 @@ class Mirror:
                 e.last_hit = hit
                 e.notified = False
 
-    def sync_hits(self, t: tb.Table) -> None:
-        for e in t.entries.values():
-            self.sync_hit(e)
-
     def release(self) -> None:
         for t in self.program.tables.values():
             t.observer = None
@@ -471,9 +467,6 @@ class NativeDataplane:
                 return
             if sink is not None:
                 sink(int(self._digest_id.value), tuple(self._digest_values[:n]))
-
-    def sync_hits(self, table: tb.Table) -> None:
-        self.mirror.sync_hits(table)
 
     def sync_hit(self, entry: tb.Entry) -> None:
         self.mirror.sync_hit(entry)
