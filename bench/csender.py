@@ -42,11 +42,11 @@ int main(int argc, char **argv) {
     FILE *in = fopen(argv[2], "rb");
     if (!in) { perror(argv[2]); return 1; }
     static unsigned char data[64 << 20];
-    static uint32_t off[1 << 16], len[1 << 16];
+    static uint32_t off[1 << 18], len[1 << 18];
     size_t used = 0;
     unsigned n = 0;
     uint32_t l;
-    while (n < (1u << 16) && fread(&l, 4, 1, in) == 1) {
+    while (n < (1u << 18) && fread(&l, 4, 1, in) == 1) {
         if (used + l > sizeof data || fread(data + used, 1, l, in) != l) break;
         off[n] = (uint32_t)used; len[n] = l; used += l; n++;
     }
@@ -107,7 +107,8 @@ def available() -> bool:
     return shutil.which("cc") is not None
 
 
-def _binary() -> Path:
+def binary() -> Path:
+    """The sender program, compiled on first use: `sender IFNAME FRAMES_FILE RATE SECONDS`."""
     known = _BINARIES.get("sender")
     if known is None or not known.exists():
         workdir = Path(tempfile.mkdtemp(prefix="og-csender-"))
@@ -125,12 +126,11 @@ def _binary() -> Path:
 
 def c_send(ifname: str, frames: Sequence[bytes], rate: float, seconds: float) -> tuple[int, float]:
     """Send `frames` round robin at `rate` frames/s for `seconds`; (frames sent, seconds)."""
-    binary = _binary()
+    program = binary()
     with tempfile.NamedTemporaryFile(suffix=".frames") as f:
-        f.write(b"".join(struct.pack("=I", len(x)) + x for x in frames))
-        f.flush()
+        write_frames(Path(f.name), frames)
         proc = subprocess.run(
-            [str(binary), ifname, f.name, str(rate), str(seconds)],
+            [str(program), ifname, f.name, str(rate), str(seconds)],
             capture_output=True,
             text=True,
             check=False,
@@ -139,3 +139,8 @@ def c_send(ifname: str, frames: Sequence[bytes], rate: float, seconds: float) ->
         raise OSError(f"sender on {ifname}: {proc.stderr.strip() or proc.returncode}")
     sent, took = proc.stdout.split()
     return int(sent), float(took)
+
+
+def write_frames(path: Path, frames: Sequence[bytes]) -> None:
+    """The sender's frames file: each frame as (u32 length, bytes); at most 262,144 are read."""
+    path.write_bytes(b"".join(struct.pack("=I", len(x)) + x for x in frames))
