@@ -231,6 +231,7 @@ class SwitchDouble:
             assert stored is not None, "no such entry"
             stored.last_hit = time.monotonic_ns() - int(seconds * 1e9)
             stored.notified = False
+            pipe.idle.arm(info.table, stored, info)  # its deadline moved earlier
 
     def _send_to_primary(self, message: p4r.StreamMessageResponse) -> bool:
         with self.service.lock:

@@ -6,17 +6,20 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
+from typing import Any
 
 import pytest
 
 from opengate import p4constants as pc
 from opengate.target import shared_data_dir
+from tests.helpers import wait_for
 from topo.net import CLAMAV_TESTFILES, GatewayNetwork
 from topo.services import generated_bytes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 OUT1 = "198.51.100.20"
+H2 = "10.0.1.11"
 GATEWAY_OUTSIDE = "198.51.100.1"
 
 
@@ -110,10 +113,13 @@ def _wait_for_alert(gateway: GatewayNetwork, sid: int) -> None:
 
 def test_sessions_appear_in_the_controller(gateway: GatewayNetwork) -> None:
     ok(gateway, "h2", f"curl -sS --max-time 20 http://{OUT1}/index.html -o /dev/null")
-    sessions = gateway.api("GET", "/api/v1/sessions", params={"limit": 1000})["sessions"]
-    web = [s for s in sessions if s["src"] == "10.0.1.11" and s["dst"] == OUT1 and s["dport"] == 80]
-    assert web, f"no session for h2 -> out1:80 in {sessions}"
-    assert web[-1]["nat_addr"] == GATEWAY_OUTSIDE
+
+    def web() -> list[dict[str, Any]]:
+        rows = gateway.api("GET", "/api/v1/sessions", params={"limit": 1000})["sessions"]
+        return [r for r in rows if r["src"] == H2 and r["dst"] == OUT1 and r["dport"] == 80]
+
+    rows = wait_for("the controller's session for h2 -> out1:80", web)
+    assert rows[-1]["nat_addr"] == GATEWAY_OUTSIDE
 
 
 def test_request_matching_a_rule_is_blocked_and_alerted(gateway: GatewayNetwork) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.udp_probe import FLOWS, STEP, run_probe
+from tests.helpers import wait_for
 from topo.net import GatewayNetwork
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -32,8 +33,10 @@ def test_each_site_reaches_its_own_outside_server(two_npms: GatewayNetwork) -> N
         assert f"OpenGate test server {outside}" in result.output, (npm, result.output)
         seen = two_npms.run(inside, f"curl -sS --max-time 20 http://{OUT}/whoami")
         assert seen.output.strip() == GATEWAY_OUTSIDE, (npm, seen.output)
-        web = [s for s in _sessions(two_npms, npm) if s["dport"] == 80]
-        assert web, f"{npm} holds no session for its site's web request"
+        wait_for(
+            f"{npm}'s session for its site's web request",
+            lambda npm=npm: [s for s in _sessions(two_npms, npm) if s["dport"] == 80],
+        )
 
 
 def test_both_npms_steer_to_both_shared_spms(two_npms: GatewayNetwork) -> None:
