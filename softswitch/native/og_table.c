@@ -41,8 +41,15 @@
  *   failure while keeping an interval index drops the index (the bucket is then scanned, which is
  *   correct) and the next change of that bucket tries again.
  *
- * Not done: tuple pruning (tables.py's PRUNE_GROUPS): a miss visits every group, so a ternary
- * table with hundreds of distinct mask vectors costs one probe per mask vector.
+ *   - Tuple pruning (Srinivasan et al., as tables.py's TernaryIndex): the first ternary or LPM
+ *     field prunes. An index maps (the group's mask of that field, a bucket's masked value of it)
+ *     to the groups holding such a bucket, with a count of those buckets per group. With
+ *     OG_PRUNE_GROUPS (8) groups or more, and at most half as many distinct masks of the field as
+ *     groups, a lookup first asks the index, one probe per distinct mask, which groups can match
+ *     the key's value in that field, and probes only those, in rank order. A miss then costs one
+ *     probe per distinct mask of that field and per group that holds the value, not one per group.
+ *     An allocation failure while keeping the index turns pruning off for the table (every group
+ *     is probed, which is correct).
  */
 #include "og_table.h"
 
@@ -63,6 +70,8 @@
 #define OG_MAX_FIELDS 16
 #define OG_IV_MIN 9        /* buckets with at least this many entries get an interval index */
 #define OG_GROUP_CAP0 8    /* slots of a new group */
+#define OG_PRUNE_GROUPS 8  /* tuple pruning with this many groups or more */
+#define OG_PRUNE_MAX 512   /* candidate groups a pruned lookup collects (more: every group) */
 
 /* An entry, in a bucket: E_WORDS + 2 * nranges words. */
 enum { E_VALUE = 0, E_PRIO = 1, E_SEQ = 2, E_WORDS = 3 }; /* then lo, hi per range field */
@@ -103,6 +112,23 @@ typedef struct og_group {
     uint64_t mask[];    /* nk words */
 } og_group;
 
+/* The pruning index: (mask, masked value) of the pruning field -> groups with such a bucket. */
+typedef struct og_pgroup {
+    og_group *g;
+    uint64_t buckets; /* of g, with this masked value */
+} og_pgroup;
+
+typedef struct og_pent { /* a slot of the pruning index; n == 0: free */
+    uint64_t mask, value;
+    uint32_t n, cap;
+    og_pgroup *gs;
+} og_pent;
+
+typedef struct og_pmask { /* a distinct mask of the pruning field, in how many slots */
+    uint64_t mask;
+    uint64_t refs;
+} og_pmask;
+
 struct og_table {
     uint32_t nfields;
     uint32_t nk;       /* non-range fields: the hashed part of the key */
@@ -116,6 +142,12 @@ struct og_table {
     og_group **order;  /* groups by decreasing best rank */
     uint64_t size;
     uint64_t seq;      /* sequence number of the next add */
+    int32_t pk;        /* the hashed word that prunes (first ternary or lpm field), -1: none */
+    int32_t pbroken;   /* an allocation failed: pruning is off */
+    og_pent *pidx;     /* pcap slots, linear probing, at most half full */
+    uint64_t pcap, pused;
+    og_pmask *pmasks;  /* distinct masks of the pruning field */
+    uint32_t npmasks, pmaskcap;
 };
 
 /* ------------------------------------------------------------------ small helpers */
@@ -487,6 +519,152 @@ static int iv_unpaint(const og_table *t, og_bucket *b, const uint64_t *gone) {
     return 0;
 }
 
+/* ------------------------------------------------------------------ tuple pruning */
+static inline uint64_t phash(uint64_t mask, uint64_t value) {
+    uint64_t w[2] = {mask, value};
+    return hash_words(w, 2);
+}
+
+static og_pent *pent_find(const og_table *t, uint64_t mask, uint64_t value) {
+    if (!t->pcap) return NULL;
+    uint64_t m = t->pcap - 1;
+    for (uint64_t i = phash(mask, value) & m;; i = (i + 1) & m) {
+        og_pent *p = &t->pidx[i];
+        if (!p->n) return NULL;
+        if (p->mask == mask && p->value == value) return p;
+    }
+}
+
+static og_pent *pent_free_at(og_table *t, uint64_t mask, uint64_t value) {
+    uint64_t m = t->pcap - 1;
+    uint64_t i = phash(mask, value) & m;
+    while (t->pidx[i].n) i = (i + 1) & m;
+    return &t->pidx[i];
+}
+
+static int pidx_resize(og_table *t, uint64_t cap) {
+    og_pent *old = t->pidx;
+    uint64_t oldcap = t->pcap;
+    og_pent *fresh = calloc(cap, sizeof(og_pent));
+    if (!fresh) return -1;
+    t->pidx = fresh;
+    t->pcap = cap;
+    for (uint64_t i = 0; i < oldcap; i++)
+        if (old[i].n) *pent_free_at(t, old[i].mask, old[i].value) = old[i];
+    free(old);
+    return 0;
+}
+
+static void pent_delete(og_table *t, og_pent *p) { /* backward-shift deletion */
+    uint64_t m = t->pcap - 1;
+    uint64_t i = (uint64_t)(p - t->pidx);
+    free(p->gs);
+    for (uint64_t j = (i + 1) & m;; j = (j + 1) & m) {
+        og_pent *q = &t->pidx[j];
+        if (!q->n) break;
+        uint64_t home = phash(q->mask, q->value) & m;
+        /* q may move to i if its home is not in (i, j] cyclically */
+        if (((j - home) & m) >= ((j - i) & m)) {
+            t->pidx[i] = *q;
+            i = j;
+        }
+    }
+    memset(&t->pidx[i], 0, sizeof(og_pent));
+    t->pused--;
+}
+
+static int pmask_ref(og_table *t, uint64_t mask, int delta) {
+    for (uint32_t i = 0; i < t->npmasks; i++) {
+        if (t->pmasks[i].mask != mask) continue;
+        t->pmasks[i].refs += (uint64_t)(int64_t)delta;
+        if (!t->pmasks[i].refs) t->pmasks[i] = t->pmasks[--t->npmasks];
+        return 0;
+    }
+    if (delta < 0) return -1;
+    if (t->npmasks == t->pmaskcap) {
+        uint32_t cap = t->pmaskcap ? 2 * t->pmaskcap : 8;
+        og_pmask *pm = realloc(t->pmasks, cap * sizeof(og_pmask));
+        if (!pm) return -1;
+        t->pmasks = pm;
+        t->pmaskcap = cap;
+    }
+    t->pmasks[t->npmasks].mask = mask;
+    t->pmasks[t->npmasks++].refs = 1;
+    return 0;
+}
+
+/* A bucket with masked value `value` in the pruning field was made in g. */
+static void prune_inc(og_table *t, og_group *g, uint64_t value) {
+    if (t->pk < 0 || t->pbroken) return;
+    uint64_t mask = g->mask[t->pk];
+    og_pent *p = pent_find(t, mask, value);
+    if (!p) {
+        if ((t->pused + 1) * 2 > t->pcap && pidx_resize(t, t->pcap ? 2 * t->pcap : 64)) goto broken;
+        if (pmask_ref(t, mask, 1)) goto broken;
+        p = pent_free_at(t, mask, value);
+        p->gs = malloc(4 * sizeof(og_pgroup));
+        if (!p->gs) goto broken;
+        p->mask = mask;
+        p->value = value;
+        p->cap = 4;
+        p->gs[0].g = g;
+        p->gs[0].buckets = 1;
+        p->n = 1;
+        t->pused++;
+        return;
+    }
+    for (uint32_t i = 0; i < p->n; i++)
+        if (p->gs[i].g == g) {
+            p->gs[i].buckets++;
+            return;
+        }
+    if (p->n == p->cap) {
+        og_pgroup *gs = realloc(p->gs, 2 * p->cap * sizeof(og_pgroup));
+        if (!gs) goto broken;
+        p->gs = gs;
+        p->cap *= 2;
+    }
+    p->gs[p->n].g = g;
+    p->gs[p->n++].buckets = 1;
+    return;
+broken:
+    t->pbroken = 1;
+}
+
+/* A bucket with masked value `value` in the pruning field left g. */
+static void prune_dec(og_table *t, const og_group *g, uint64_t value) {
+    if (t->pk < 0 || t->pbroken) return;
+    uint64_t mask = g->mask[t->pk];
+    og_pent *p = pent_find(t, mask, value);
+    if (!p) {
+        t->pbroken = 1; /* cannot happen; never prune on an index that is not exact */
+        return;
+    }
+    for (uint32_t i = 0; i < p->n; i++) {
+        if (p->gs[i].g != g) continue;
+        if (--p->gs[i].buckets == 0) {
+            p->gs[i] = p->gs[--p->n];
+            if (p->n == 0) {
+                pent_delete(t, p);
+                (void)pmask_ref(t, mask, -1);
+            }
+        }
+        return;
+    }
+    t->pbroken = 1;
+}
+
+static void prune_reset(og_table *t) {
+    for (uint64_t i = 0; i < t->pcap; i++) free(t->pidx[i].gs);
+    free(t->pidx);
+    free(t->pmasks);
+    t->pidx = NULL;
+    t->pmasks = NULL;
+    t->pcap = t->pused = 0;
+    t->npmasks = t->pmaskcap = 0;
+    t->pbroken = 0;
+}
+
 /* ------------------------------------------------------------------ public API */
 OG_TABLE_API og_table *og_table_new(uint32_t nfields, const uint8_t *kinds, const uint8_t *widths) {
     if (nfields > OG_MAX_FIELDS || (nfields && (!kinds || !widths))) return NULL;
@@ -503,6 +681,12 @@ OG_TABLE_API og_table *og_table_new(uint32_t nfields, const uint8_t *kinds, cons
     }
     t->estride = E_WORDS + 2 * t->nranges;
     t->sstride = S_WORDS + t->nk;
+    t->pk = -1;
+    for (uint32_t j = 0; j < t->nk; j++)
+        if (kinds[t->kpos[j]] == OG_MATCH_TERNARY || kinds[t->kpos[j]] == OG_MATCH_LPM) {
+            t->pk = (int32_t)j;
+            break;
+        }
     return t;
 }
 
@@ -512,6 +696,7 @@ OG_TABLE_API void og_table_clear(og_table *t) {
     t->ngroups = 0;
     t->size = 0;
     t->seq = 0;
+    prune_reset(t);
 }
 
 OG_TABLE_API void og_table_free(og_table *t) {
@@ -579,6 +764,7 @@ OG_TABLE_API int og_table_add(og_table *t, void *value, const uint64_t *value_bi
         s[S_BUCKET] = ptr_word(b);
         memcpy(s + S_WORDS, mk, t->nk * sizeof(uint64_t));
         heap_set(g, g->used++, b);
+        if (t->pk >= 0) prune_inc(t, g, mk[t->pk]);
         pos = 0;
     } else {
         b = word_ptr(s[S_BUCKET]);
@@ -682,6 +868,7 @@ OG_TABLE_API int og_table_remove(og_table *t, void *value, const uint64_t *value
     memmove(ENTRY(t, b, pos), ENTRY(t, b, pos + 1),
             (size_t)(b->n - pos) * t->estride * sizeof(uint64_t));
     if (b->n == 0) {
+        if (t->pk >= 0) prune_dec(t, g, s[S_WORDS + t->pk]);
         heap_remove(g, b->heap_at);
         slot_delete(t, g, s);
         iv_free(b->iv);
@@ -709,6 +896,95 @@ OG_TABLE_API int og_table_remove(og_table *t, void *value, const uint64_t *value
     return 0;
 }
 
+/* The best entry of the bucket in slot s that matches (its ranges hold) and beats the best so
+ * far (*best, ranked *bp, *bs; *best NULL: none yet). */
+static inline void consider(const og_table *t, const uint64_t *s, const uint64_t *key,
+                            void **best, int64_t *bp, uint64_t *bs) {
+    const og_bucket *b = word_ptr(s[S_BUCKET]);
+    if (OG_TABLE_LIKELY(t->nranges == 0)) { /* the bucket's first entry wins it */
+        if (!*best || beats(e_prio(b->e), b->e[E_SEQ], *bp, *bs)) {
+            *best = word_ptr(s[S_VALUE]);
+            *bp = e_prio(b->e);
+            *bs = b->e[E_SEQ];
+        }
+        return;
+    }
+    const og_iv *iv = b->iv;
+    if (iv) {
+        uint64_t k = key[t->rpos[0]];
+        uint32_t l = 0, r = iv->n; /* the last interval starting at or below k */
+        while (l < r) {
+            uint32_t mid = l + (r - l) / 2;
+            if (iv->starts[mid] <= k)
+                l = mid + 1;
+            else
+                r = mid;
+        }
+        if (l == 0) return;
+        const og_win *w = &iv->win[l - 1];
+        if (w->value && (!*best || beats(w->prio, w->seq, *bp, *bs))) {
+            *best = w->value;
+            *bp = w->prio;
+            *bs = w->seq;
+        }
+        return;
+    }
+    for (uint32_t i = 0; i < b->n; i++) {
+        const uint64_t *e = ENTRY(t, b, i);
+        if (*best && !beats(e_prio(e), e[E_SEQ], *bp, *bs)) return;
+        uint32_t k = 0;
+        while (k < t->nranges) {
+            uint64_t v = key[t->rpos[k]];
+            if (v < e[E_WORDS + 2 * k] || v > e[E_WORDS + 2 * k + 1]) break;
+            k++;
+        }
+        if (k == t->nranges) {
+            *best = word_ptr(e[E_VALUE]);
+            *bp = e_prio(e);
+            *bs = e[E_SEQ];
+            return;
+        }
+    }
+}
+
+static int by_rank(const void *a, const void *b) {
+    uint32_t x = (*(og_group *const *)a)->at, y = (*(og_group *const *)b)->at;
+    return (x > y) - (x < y);
+}
+
+/* Tuple pruning: the groups that hold the key's value in the pruning field, in rank order, into
+ * cand; their number, or -1 when pruning does not apply (then every group is probed). */
+static int prune_candidates(const og_table *t, const uint64_t *kv, og_group **cand) {
+    if (t->pk < 0 || t->pbroken || t->ngroups < OG_PRUNE_GROUPS ||
+        2 * t->npmasks > t->ngroups)
+        return -1;
+    uint64_t k = kv[t->pk];
+    int n = 0;
+    for (uint32_t i = 0; i < t->npmasks; i++) {
+        uint64_t mask = t->pmasks[i].mask;
+        const og_pent *p = pent_find(t, mask, k & mask);
+        if (!p) continue;
+        if (n + (int)p->n > OG_PRUNE_MAX) return -1;
+        for (uint32_t j = 0; j < p->n; j++) cand[n++] = p->gs[j].g;
+    }
+    if (n > 1) {
+        if (n <= 16) { /* insertion sort: usually a handful */
+            for (int i = 1; i < n; i++) {
+                og_group *g = cand[i];
+                int j = i - 1;
+                while (j >= 0 && cand[j]->at > g->at) {
+                    cand[j + 1] = cand[j];
+                    j--;
+                }
+                cand[j + 1] = g;
+            }
+        } else {
+            qsort(cand, (size_t)n, sizeof(og_group *), by_rank);
+        }
+    }
+    return n;
+}
+
 OG_TABLE_API void *og_table_lookup(const og_table *t, const uint64_t *key) {
     uint32_t ng = t->ngroups, nk = t->nk;
     if (!ng) return NULL;
@@ -717,6 +993,18 @@ OG_TABLE_API void *og_table_lookup(const og_table *t, const uint64_t *key) {
     void *best = NULL;
     int64_t bp = 0;
     uint64_t bs = 0;
+    og_group *cand[OG_PRUNE_MAX];
+    int nc = prune_candidates(t, kv, cand);
+    if (nc >= 0) {
+        for (int ci = 0; ci < nc; ci++) {
+            const og_group *g = cand[ci];
+            if (best && !beats(g->best_prio, g->best_seq, bp, bs)) break;
+            for (uint32_t j = 0; j < nk; j++) mk[0][j] = kv[j] & g->mask[j];
+            const uint64_t *s = slot_find(t, g, mk[0], hash_words(mk[0], nk));
+            if (s) consider(t, s, key, &best, &bp, &bs);
+        }
+        return best;
+    }
     /* the masked key and hash of the next group are worked out one group ahead and its slot
      * prefetched, so that the probes of a miss in many groups overlap */
     for (uint32_t j = 0; j < nk; j++) mk[0][j] = kv[j] & t->order[0]->mask[j];
@@ -735,56 +1023,9 @@ OG_TABLE_API void *og_table_lookup(const og_table *t, const uint64_t *key) {
         const uint64_t *s = slot_find(t, g, mk[gi & 1], h);
         h = hn;
         if (!s) continue;
-        const og_bucket *b = word_ptr(s[S_BUCKET]);
-        if (OG_TABLE_LIKELY(t->nranges == 0)) { /* the bucket's first entry wins it */
-            if (!best) {
-                best = word_ptr(s[S_VALUE]);
-                if (gi + 1 == ng) return best;
-                bp = e_prio(b->e);
-                bs = b->e[E_SEQ];
-            } else if (beats(e_prio(b->e), b->e[E_SEQ], bp, bs)) {
-                best = word_ptr(s[S_VALUE]);
-                bp = e_prio(b->e);
-                bs = b->e[E_SEQ];
-            }
-            continue;
-        }
-        const og_iv *iv = b->iv;
-        if (iv) {
-            uint64_t k = key[t->rpos[0]];
-            uint32_t l = 0, r = iv->n; /* the last interval starting at or below k */
-            while (l < r) {
-                uint32_t mid = l + (r - l) / 2;
-                if (iv->starts[mid] <= k)
-                    l = mid + 1;
-                else
-                    r = mid;
-            }
-            if (l == 0) continue;
-            const og_win *w = &iv->win[l - 1];
-            if (w->value && (!best || beats(w->prio, w->seq, bp, bs))) {
-                best = w->value;
-                bp = w->prio;
-                bs = w->seq;
-            }
-            continue;
-        }
-        for (uint32_t i = 0; i < b->n; i++) {
-            const uint64_t *e = ENTRY(t, b, i);
-            if (best && !beats(e_prio(e), e[E_SEQ], bp, bs)) break;
-            uint32_t k = 0;
-            while (k < t->nranges) {
-                uint64_t v = key[t->rpos[k]];
-                if (v < e[E_WORDS + 2 * k] || v > e[E_WORDS + 2 * k + 1]) break;
-                k++;
-            }
-            if (k == t->nranges) {
-                best = word_ptr(e[E_VALUE]);
-                bp = e_prio(e);
-                bs = e[E_SEQ];
-                break;
-            }
-        }
+        if (OG_TABLE_LIKELY(t->nranges == 0) && !best && gi + 1 == ng)
+            return word_ptr(s[S_VALUE]);
+        consider(t, s, key, &best, &bp, &bs);
     }
     return best;
 }

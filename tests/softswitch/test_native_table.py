@@ -482,6 +482,46 @@ def test_acl_mix_of_exact_ternary_and_ranges(make_native: MakeNative, seed: int)
     check(shape, native, ref, 2000)
 
 
+@pytest.mark.parametrize("seed", [31, 32, 33])
+def test_tuple_pruning_with_many_groups_and_removes(make_native: MakeNative, seed: int) -> None:
+    """Many mask groups (3 source masks x 12 destination masks x 2 protocol masks) and few
+    masks of the pruning field (the first ternary one): lookups ask the pruning index which
+    groups can match; removes until groups and index entries empty out, then adds again."""
+    rng = random.Random(seed)
+    shape = Shape(
+        rng,
+        [EXACT, TERNARY, TERNARY, RANGE, TERNARY],
+        [4, 32, 32, 16, 8],
+        pool=5,
+        spans=(0, 3, 200, 65535),
+        ternary_masks=[
+            [],
+            [prefix(32, n) for n in (8, 16, 24)],
+            [prefix(32, n) for n in range(0, 33, 3)],
+            [],
+            [0, 0xFF],
+        ],
+    )
+    native = make_native(shape.kinds, shape.widths)
+    ref = Reference(shape.kinds)
+    specs: dict[int, Spec] = {}
+    for v in range(1, 601):
+        specs[v] = s = shape.spec(prio_range=40)
+        assert native.add(v, s) == 0
+        ref.add(v, s)
+    check(shape, native, ref, 3000)
+    for round_ in range(3):
+        for v in rng.sample(sorted(ref.live), len(ref.live) * 2 // 3):
+            assert native.remove(v, specs[v]) == 0
+            ref.remove(v)
+        check(shape, native, ref, 1500)
+        for v in range(1000 * (round_ + 1), 1000 * (round_ + 1) + 300):
+            specs[v] = s = shape.spec(prio_range=40)
+            assert native.add(v, s) == 0
+            ref.add(v, s)
+        check(shape, native, ref, 1500)
+
+
 @pytest.mark.parametrize("seed", [17, 18])
 def test_optional_fields(make_native: MakeNative, seed: int) -> None:
     exercise(
