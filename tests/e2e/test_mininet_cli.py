@@ -25,6 +25,7 @@ from tests.e2e.mininet_console import (
     readme_transcript,
     still_running,
 )
+from tests.helpers import wait_for
 from topo.model import TopologySpec, load_topology
 from topo.net import GatewayNetwork, interfaces_in_use
 
@@ -269,14 +270,17 @@ def _opengate(console: Console, *args: str) -> str:
 def test_opengate_commands_print_what_opengate_prints(consoles: Consoles) -> None:
     console = consoles.session()
     console.command(f"h1 curl -s http://{OUT1}/whoami")
-    sessions = lines(console.command("sessions"))
+    web = re.compile(rf"npm1 +tcp +10\.0\.1\.10:\d+ +{re.escape(OUT1)}:80 .* REWRITE_SRC")
+
+    def listed() -> list[str]:
+        # the controller learns of the session from a digest after the flow has passed
+        rows = lines(console.command("sessions"))
+        return rows if any(web.search(row) for row in rows) else []
+
+    sessions = wait_for("the curl's session in `sessions`", listed)
     assert sessions[0].split() == [
         "ID", "NPM", "PROTO", "SOURCE", "DESTINATION", "CLASS", "SPM", "NAT", "STATE",
     ]  # fmt: skip
-    assert any(
-        re.search(rf"npm1 +tcp +10\.0\.1\.10:\d+ +{re.escape(OUT1)}:80 .* REWRITE_SRC", row)
-        for row in sessions
-    ), sessions
     assert re.fullmatch(r"\(\d+ of \d+\)", sessions[-1]), sessions
     spms = lines(console.command("spms"))
     assert spms[0].split() == ["SPM", "PORT", "STATUS", "WEIGHT", "CPU%", "QUEUE", "FLOWS"]
