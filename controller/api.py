@@ -26,6 +26,7 @@ from controller import events as ev
 from controller.policy import load_policy, mac_text
 from controller.runtime import Controller, RequestError
 from controller.spm_pool import ReportError, validate_report
+from controller.web import Console
 from opengate import p4constants as pc
 from opengate.errors import ConfigError
 
@@ -97,7 +98,8 @@ def session_view(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def create_app(controller: Controller, token: str) -> FastAPI:
+def create_app(controller: Controller, token: str, console: Console | None = None) -> FastAPI:
+    """The API; with `console`, the web console too (under /console, its own log-in)."""
     if not token:
         raise ValueError("the API needs a token")
     expected = f"Bearer {token}".encode()
@@ -113,6 +115,8 @@ def create_app(controller: Controller, token: str) -> FastAPI:
     async def authenticate(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
+        if console is not None and console.owns(request.url.path):
+            return await console.authenticate(request, call_next)
         given = request.headers.get("authorization", "").encode()
         if not hmac.compare_digest(given, expected):
             return JSONResponse(
@@ -140,6 +144,9 @@ def create_app(controller: Controller, token: str) -> FastAPI:
     def publish(event: ev.Event) -> Any:
         results = controller.bus.publish(event).result(timeout=HANDLER_TIMEOUT)
         return results[0] if results else None
+
+    if console is not None:
+        console.mount(app, call, publish)
 
     def known_spm(name: str) -> None:
         policy = controller.policy
@@ -169,6 +176,21 @@ def create_app(controller: Controller, token: str) -> FastAPI:
     @app.delete(f"{API}/sessions/{{session_id}}", summary="Remove a session (both directions)")
     def delete_session(session_id: int) -> dict[str, Any]:
         result: dict[str, Any] = publish(ev.SessionDeleteRequested(session_id, "api"))
+        return result
+
+    @app.post(f"{API}/sessions/{{session_id}}/block", summary="Block a session (the flow stops)")
+    def block_session(session_id: int) -> dict[str, Any]:
+        result: dict[str, Any] = publish(ev.SessionBlockRequested(session_id, "api"))
+        return result
+
+    @app.post(f"{API}/spms/{{name}}/drain", summary="Drain an SPM: weight 0, no new flows")
+    def drain_spm(name: str) -> dict[str, Any]:
+        result: dict[str, Any] = publish(ev.SpmDrainRequested(name, True))
+        return result
+
+    @app.post(f"{API}/spms/{{name}}/restore", summary="Restore a drained SPM")
+    def restore_spm(name: str) -> dict[str, Any]:
+        result: dict[str, Any] = publish(ev.SpmDrainRequested(name, False))
         return result
 
     @app.get(f"{API}/spms", summary="SPMs: status, weight, last load report")
@@ -285,10 +307,17 @@ class ApiServer:
     """uvicorn in a thread of the controller process."""
 
     def __init__(
-        self, controller: Controller, host: str, port: int, token: str, uds: str | None = None
+        self,
+        controller: Controller,
+        host: str,
+        port: int,
+        token: str,
+        uds: str | None = None,
+        console: Console | None = None,
     ) -> None:
-        """Listen on host:port, or on the Unix socket `uds` when given."""
-        self.app = create_app(controller, token)
+        """Listen on host:port, or on the Unix socket `uds` when given; serve `console` too."""
+        self.app = create_app(controller, token, console)
+        self.console = console
         self.uds = uds
         config = uvicorn.Config(
             self.app,
@@ -316,6 +345,16 @@ class ApiServer:
             LOG.info("REST API on unix:%s", self.uds)
         else:
             LOG.info("REST API on http://%s:%d", self.server.config.host, self.port)
+        if self.console is not None:
+            self.console.start()
+            LOG.info("web console on %s", self.console_url)
+
+    @property
+    def console_url(self) -> str | None:
+        if self.console is None or self.uds:
+            return None
+        host = self.server.config.host
+        return f"http://{host}:{self.port}/console/"
 
     @property
     def port(self) -> int:
@@ -326,6 +365,8 @@ class ApiServer:
         return int(self.server.config.port)
 
     def stop(self) -> None:
+        if self.console is not None:
+            self.console.stop()
         self.server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=5)

@@ -9,6 +9,7 @@ $OPENGATE_TOKEN.
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import logging
 import os
@@ -24,6 +25,8 @@ from controller.api import ApiServer
 from controller.npm import NpmAddress, Pipeline
 from controller.policy import load_policy
 from controller.runtime import DEFAULT_ELECTION_ID, Controller, ControllerOptions, default_pipeline
+from controller.web import Console
+from controller.web.auth import hash_password, load_users
 from opengate.errors import ConfigError
 
 LOG = logging.getLogger(__name__)
@@ -57,6 +60,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="also serve the REST API on this Unix socket (for SPM hosts in other namespaces)",
     )
     run.add_argument(
+        "--console",
+        choices=("on", "off"),
+        default="on",
+        help="the web console at /console on the API's address (default on)",
+    )
+    run.add_argument(
+        "--console-users",
+        type=Path,
+        help="console users besides the token: NAME:HASH lines (`opengate console-user NAME`)",
+    )
+    run.add_argument(
+        "--rules-file",
+        type=Path,
+        action="append",
+        default=[],
+        help="a rule file the SPMs run, where the console finds an alert's rule (repeatable)",
+    )
+    run.add_argument(
         "--election-id",
         type=int,
         default=DEFAULT_ELECTION_ID,
@@ -66,6 +87,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--p4info", type=Path, help="P4Info (default: p4src/build/)")
     run.add_argument("--device-config", type=Path, help="BMv2 JSON (default: p4src/build/)")
     run.set_defaults(handler=_run)
+
+    user = sub.add_parser(
+        "console-user",
+        help="print a web console user line (NAME:HASH) for --console-users",
+        description="Reads the password twice from the terminal (or once from standard input "
+        "with --stdin) and prints NAME:scrypt$... for the controller's --console-users file.",
+    )
+    user.add_argument("name")
+    user.add_argument("--stdin", action="store_true", help="read the password from stdin")
+    user.set_defaults(handler=_console_user)
 
     def client(name: str, help_text: str) -> argparse.ArgumentParser:
         parser = sub.add_parser(name, help=help_text)
@@ -174,7 +205,11 @@ def _run(args: argparse.Namespace) -> int:
             if not host or not port.isdigit():
                 raise ConfigError(f"--api {args.api!r}: expected HOST:PORT", field="--api")
             token = read_or_create_token(args.token_file or state_dir / "api-token")
-            servers.append(ApiServer(controller, host, int(port), token))
+            console = None
+            if args.console == "on":
+                users = load_users(args.console_users) if args.console_users else {}
+                console = Console(controller, token, users, tuple(args.rules_file))
+            servers.append(ApiServer(controller, host, int(port), token, console=console))
             if args.api_socket is not None:
                 args.api_socket.unlink(missing_ok=True)
                 servers.append(ApiServer(controller, host, 0, token, uds=str(args.api_socket)))
@@ -185,6 +220,21 @@ def _run(args: argparse.Namespace) -> int:
         for server in servers:
             server.stop()
         controller.stop()
+    return 0
+
+
+def _console_user(args: argparse.Namespace) -> int:
+    if ":" in args.name or not args.name.strip():
+        raise ConfigError("a user name must not be empty or contain ':'", field="name")
+    if args.stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = getpass.getpass("password: ")
+        if getpass.getpass("again: ") != password:
+            raise ConfigError("the two passwords differ")
+    if len(password) < 8:
+        raise ConfigError("a console password needs 8 characters or more")
+    print(f"{args.name}:{hash_password(password)}")
     return 0
 
 

@@ -10,6 +10,7 @@ the switch is the truth and the DB follows it; a restart reconciles the two
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import json
 import logging
 import queue
@@ -27,16 +28,19 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    and_,
     create_engine,
     delete,
     event,
     func,
     insert,
+    or_,
     select,
     update,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.sql.elements import ColumnElement
 
 LOG = logging.getLogger(__name__)
 
@@ -360,6 +364,42 @@ class Database:
         with self.engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
 
+    def session_page(
+        self,
+        search: str = "",
+        sort: str = "id",
+        descending: bool = False,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """One page of sessions for the console: (how many match, the page's rows). `search`:
+        words that must all match (an address, address:port, a port or id, tcp/udp/icmp, a
+        state, an NPM name); `sort`: a key of SESSION_SORT_KEYS."""
+        column = SESSION_SORT_KEYS.get(sort)
+        if column is None:
+            raise ValueError(f"cannot sort sessions by {sort!r}")
+        conditions = [session_condition(word) for word in search.split()]
+        order = column.desc() if descending else column.asc()
+        tie = SessionRow.id.desc() if descending else SessionRow.id.asc()
+        query = (
+            select(*SessionRow.__table__.columns)
+            .where(*conditions)
+            .order_by(order, tie)
+            .limit(limit)
+            .offset(offset)
+        )
+        count = select(func.count()).select_from(SessionRow).where(*conditions)
+        with self.engine.connect() as conn:
+            total = int(conn.execute(count).scalar_one())
+            return total, [dict(row._mapping) for row in conn.execute(query)]
+
+    def session_row(self, session_id: int) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(*SessionRow.__table__.columns).where(SessionRow.id == session_id)
+            ).first()
+            return dict(row._mapping) if row is not None else None
+
     def max_session_id(self) -> int:
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.max(SessionRow.id))).scalar() or 0)
@@ -384,6 +424,112 @@ class Database:
                 item["received_at"] = item["received_at"].isoformat()
                 out.append(item)
             return out
+
+    def alert_page(
+        self,
+        *,
+        sid: int | None = None,
+        classtype: str | None = None,
+        host: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """Alerts newest first, filtered for the console: (how many match, the page)."""
+        conditions: list[ColumnElement[bool]] = []
+        if sid is not None:
+            conditions.append(AlertRow.sid == sid)
+        if classtype:
+            conditions.append(AlertRow.classtype == classtype)
+        if host:
+            conditions.append(or_(AlertRow.src == host, AlertRow.dst == host))
+        query = (
+            select(*AlertRow.__table__.columns)
+            .where(*conditions)
+            .order_by(AlertRow.id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        count = select(func.count()).select_from(AlertRow).where(*conditions)
+        with self.engine.connect() as conn:
+            total = int(conn.execute(count).scalar_one())
+            out = []
+            for row in conn.execute(query):
+                item = dict(row._mapping)
+                item["received_at"] = item["received_at"].isoformat()
+                out.append(item)
+            return total, out
+
+    def alert_classtypes(self) -> list[str]:
+        with self.engine.connect() as conn:
+            query = select(AlertRow.classtype).where(AlertRow.classtype.is_not(None)).distinct()
+            return sorted(str(c) for c in conn.execute(query).scalars())
+
+    def max_alert_id(self) -> int:
+        """Alerts stored so far (ids only grow): what the console's alert rate counts."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.max(AlertRow.id))).scalar() or 0)
+
+
+SESSION_SORT_KEYS: dict[str, Any] = {
+    "id": SessionRow.id,
+    "npm": SessionRow.npm,
+    "proto": SessionRow.proto,
+    "src": SessionRow.src,
+    "dst": SessionRow.dst,
+    "sport": SessionRow.sport,
+    "dport": SessionRow.dport,
+    "nat": SessionRow.nat_addr,
+    "class": SessionRow.class_id,
+    "spm": SessionRow.spm_port,
+    "state": SessionRow.state,
+    "created": SessionRow.created_at,
+}
+SESSION_STATES = ("active", "closing", "blocked", "bypassed")
+_PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1}
+
+
+def session_condition(word: str) -> ColumnElement[bool]:
+    """What one search word of the console's session table matches: `id:N`, an address (any
+    side, or the NAT address), `address:port`, a number (id or any port), a protocol, a state,
+    else an NPM name."""
+    text = word.strip().lower()
+    if text.startswith("id:") and text[3:].isdigit():
+        return SessionRow.id == int(text[3:])
+    address, _, port_text = text.partition(":")
+    try:
+        value = int(ipaddress.IPv4Address(address))
+    except ValueError:
+        value = None
+    if value is not None:
+        on_address = or_(
+            SessionRow.src == value,
+            SessionRow.dst == value,
+            SessionRow.r_src == value,
+            SessionRow.r_dst == value,
+            and_(SessionRow.nat_kind != 0, SessionRow.nat_addr == value),
+        )
+        if not port_text.isdigit():
+            return on_address
+        port = int(port_text)
+        return and_(on_address, _port_condition(port))
+    if text.isdigit():
+        number = int(text)
+        return or_(SessionRow.id == number, _port_condition(number))
+    if text in _PROTOCOLS:
+        return SessionRow.proto == _PROTOCOLS[text]
+    if text in SESSION_STATES:
+        return SessionRow.state == text
+    return SessionRow.npm == word
+
+
+def _port_condition(port: int) -> ColumnElement[bool]:
+    return or_(
+        SessionRow.sport == port,
+        SessionRow.dport == port,
+        SessionRow.r_sport == port,
+        SessionRow.r_dport == port,
+        and_(SessionRow.nat_kind != 0, SessionRow.nat_port == port),
+    )
 
 
 def _stored(row: PolicyVersion) -> StoredPolicy:

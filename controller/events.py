@@ -142,6 +142,23 @@ class SessionDeleteRequested(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class SessionBlockRequested(Event):
+    """Block a session: both directions stay installed with the block action, so the flow
+    stops (a deleted session would be made again by the flow's next packet)."""
+
+    session_id: int
+    reason: str = "api"
+
+
+@dataclass(frozen=True, slots=True)
+class SpmDrainRequested(Event):
+    """Drain an SPM (weight 0: new flows go elsewhere, its flows stay) or restore it."""
+
+    spm: str
+    drained: bool
+
+
+@dataclass(frozen=True, slots=True)
 class NpmRoleChanged(Event):
     """This controller became (or stopped being) the primary of an NPM, or lost it."""
 

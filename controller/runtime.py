@@ -317,6 +317,8 @@ class Controller:
         bus.subscribe(ev.AlertReceived, self._on_alert)
         bus.subscribe(ev.BypassRequested, self._on_bypass)
         bus.subscribe(ev.SessionDeleteRequested, self._on_session_delete)
+        bus.subscribe(ev.SessionBlockRequested, self._on_session_block)
+        bus.subscribe(ev.SpmDrainRequested, self._on_spm_drain)
 
     def _on_idle(self, event: ev.IdleTimeout) -> int:
         assert self.sessions is not None
@@ -721,6 +723,27 @@ class Controller:
             raise RequestError(404, f"no session {event.session_id}")
         self.sessions.remove([session], event.reason)
         return {"deleted": event.session_id}
+
+    def _on_session_block(self, event: ev.SessionBlockRequested) -> dict[str, Any]:
+        assert self.sessions is not None
+        session = self.sessions.sessions.get(event.session_id)
+        if session is None:
+            raise RequestError(404, f"no session {event.session_id}")
+        self.sessions.block(session)
+        LOG.info("session %d blocked (%s)", session.id, event.reason)
+        return {"blocked": event.session_id}
+
+    def _on_spm_drain(self, event: ev.SpmDrainRequested) -> dict[str, Any]:
+        assert self.spms is not None
+        try:
+            changed = self.spms.drain(event.spm, event.drained)
+        except KeyError:
+            raise RequestError(404, f"no SPM named {event.spm!r} in the policy") from None
+        state = self.spms.states[event.spm]
+        self.metrics.spm_weight.labels(event.spm).set(state.weight)
+        if changed:
+            self._sync_selector()
+        return {"spm": event.spm, "drained": state.drained, "weight": state.weight}
 
     # -- views (run on the dispatcher through bus.call) --------------------------------------
 

@@ -10,6 +10,9 @@ sessions hold it.
 An SPM that has not reported for `spm.down_after` seconds is down: its member leaves every group
 (the caller writes that and applies the pool's fail policy to its flows). At start-up every SPM
 is given `down_after` seconds to report; its first report brings it (back) up.
+
+An operator may drain an SPM (weight 0: no new flows, its flows stay) and restore it; a drained
+SPM keeps reporting and keeps weight 0 until restored.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class SpmState:
     load: float = 0.0  # smoothed, 0..1
     weight: int = 0  # what the selector has now (0: not a member)
     report: dict[str, Any] = field(default_factory=dict)
+    drained: bool = False  # by the operator: weight 0 whatever the load
 
     @property
     def name(self) -> str:
@@ -53,6 +57,7 @@ class SpmState:
             "weight": self.weight,
             "max_weight": self.spec.weight,
             "load": round(self.load, 3),
+            "drained": self.drained,
             "report": dict(self.report),
         }
 
@@ -74,6 +79,11 @@ def validate_report(report: Mapping[str, Any]) -> dict[str, Any]:
         raise ReportError(f"cpu is a percentage, got {out['cpu']}")
     out["ts"] = report.get("ts")
     return out
+
+
+def load_weight(state: SpmState) -> int:
+    """The weight an SPM's smoothed load gives it."""
+    return max(1, round(state.spec.weight * (1.0 - state.load)))
 
 
 class SpmPool:
@@ -116,7 +126,7 @@ class SpmPool:
         state.last_seen = now
         state.report = values
         state.status = "up"
-        weight = max(1, round(state.spec.weight * (1.0 - state.load)))
+        weight = 0 if state.drained else load_weight(state)
         changed = False
         if came_up or abs(weight - state.weight) >= settings.min_weight_change:
             changed = weight != state.weight or came_up
@@ -124,6 +134,25 @@ class SpmPool:
         if came_up:
             LOG.info("SPM %s is up (weight %d)", name, weight, extra={"spm": name})
         return ReportOutcome(came_up, changed)
+
+    def drain(self, name: str, drained: bool) -> bool:
+        """Drain (weight 0) or restore an SPM; True if its weight changed."""
+        state = self.states.get(name)
+        if state is None:
+            raise KeyError(name)
+        state.drained = drained
+        if drained:
+            weight = 0
+        elif state.status == "down":
+            weight = 0  # its next report brings it back
+        elif state.status == "unknown":
+            weight = state.spec.weight
+        else:
+            weight = load_weight(state)
+        changed = weight != state.weight
+        state.weight = weight
+        LOG.info("SPM %s %s (weight %d)", name, "drained" if drained else "restored", weight)
+        return changed
 
     def expired(self, now: float) -> list[str]:
         """SPMs that just went down (no report for down_after seconds)."""

@@ -13,6 +13,7 @@ DEBIAN_PACKAGES=(
   iperf3 curl netcat-openbsd tcpdump
   clamav clamav-daemon clamav-testfiles
   postgresql
+  chromium chromium-driver
 )
 
 log() { printf 'setup: %s\n' "$*"; }

@@ -75,6 +75,7 @@ def handle(args: argparse.Namespace) -> int:
             print(f"topology {spec.name} is up on {network.target.target.value}")
             token = args.run_dir / "api-token"
             print(f"  controller REST API: http://{network.api_address}/  (token in {token})")
+            print(f"  web console: http://{network.api_address}/console/  (log in with the token)")
             print(f"  logs: {args.run_dir}/")
             if interactive:
                 print("  Mininet CLI: 'help' lists the commands, 'exit' or Ctrl-D stops everything")

@@ -253,9 +253,18 @@ class GatewayNetwork:
             str(self.run_dir),
             "--api-socket",
             str(self.cpm_socket),
+            # the rules the SPMs run, where the web console finds an alert's rule text
+            *(arg for path in self.spm_rule_files() for arg in ("--rules-file", path)),
         ]
         process = self._spawn("controller", argv, self.run_dir / "controller.log")
         wait_for_port("127.0.0.1", port, 60.0, process)
+
+    def spm_rule_files(self) -> list[str]:
+        """The rule files the SPM daemons run: the topology's own and the shared ones found."""
+        rules = [str(r) for r in self.spec.spm.rules]
+        shared = shared_data_dir()
+        rules += [str(shared / r) for r in self.spec.spm.shared_rules if (shared / r).exists()]
+        return rules
 
     @property
     def cpm_socket(self) -> Path:
@@ -298,9 +307,7 @@ class GatewayNetwork:
         work.mkdir(parents=True, exist_ok=True)
         clamd_socket = self._clamd_for(host.name, node, work)
         tags = self.api("GET", f"/api/v1/spm/{host.name}/config")["tags"]
-        rules = [str(r) for r in self.spec.spm.rules]
-        shared = shared_data_dir()
-        rules += [str(shared / r) for r in self.spec.spm.shared_rules if (shared / r).exists()]
+        rules = self.spm_rule_files()
         eve = work / "eve.json"
         eve.unlink(missing_ok=True)
         config = {
