@@ -43,15 +43,19 @@ class Topologies:
             network.stop()
 
 
+# One manager for the whole run: the console's browser tests (tests/web/) use these fixtures too,
+# and two managers would each keep a topology up, with the same interface names.
+_TOPOLOGIES = Topologies()
+
+
 @pytest.fixture(scope="session")
 def topologies() -> Iterator[Topologies]:
     skip_unless_root("the Mininet topology")
     skip_unless_tool("mnexec", "Mininet (Debian package mininet) runs the topology's hosts")
-    manager = Topologies()
     try:
-        yield manager
+        yield _TOPOLOGIES
     finally:
-        manager.close()
+        _TOPOLOGIES.close()
 
 
 @pytest.fixture

@@ -16,9 +16,11 @@ from controller.runtime import Controller
 from controller.web import Console
 from controller.web.auth import hash_password
 from tests.controller.conftest import ControllerFactory, lab, make_controller, switch
+from tests.e2e.conftest import gateway, topologies
 from tests.switch_double import SwitchDouble
 
-__all__ = ["lab", "make_controller", "switch"]  # the controller tests' fixtures, used here too
+# the controller tests' fixtures (a switch double) and the end-to-end ones (the topology)
+__all__ = ["gateway", "lab", "make_controller", "switch", "topologies"]
 
 TOKEN = "console-test-token"
 USER, PASSWORD = "ops", "correct horse battery"
