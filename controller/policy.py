@@ -34,6 +34,7 @@ from opengate import p4constants as pc
 from opengate import yamlconf
 from opengate.errors import ConfigError
 from opengate.fields import ANY_PORT, ProtoMatch
+from opengate.ipsec import IpsecSpec, parse_ipsec
 from opengate.snort.header import SnortVariables
 from opengate.yamlconf import (
     LineDict,
@@ -239,6 +240,7 @@ class Policy:
     sessions: SessionSettings
     spm: SpmSettings
     cpu_source_meter: str | None = None  # every source's own share of the path to the CPU
+    ipsec: IpsecSpec | None = None  # site-to-site tunnels (opengate.ipsec)
 
     # -- lookups the controller needs ---------------------------------------------------------
 
@@ -388,6 +390,7 @@ class _Loader:
         ids_file, ids_headers = self._ids(top, classes)
         nat = self._nat(top, ports, routes)
         sessions = self._sessions(top)
+        ipsec = self._ipsec(top, ports, pools)
         top.reject_unknown()
         return Policy(
             path=str(self.path),
@@ -413,6 +416,7 @@ class _Loader:
             sessions=sessions,
             spm=spm,
             cpu_source_meter=cpu_source_meter,
+            ipsec=ipsec,
         )
 
     # -- helpers -------------------------------------------------------------------------------
@@ -866,6 +870,20 @@ class _Loader:
             item.reject_unknown()
         section.reject_unknown()
         return NatSpec(port_range, tuple(masquerade), tuple(forwards), dp_base)
+
+    def _ipsec(
+        self, top: Reader, ports: Sequence[PortSpec], pools: Sequence[PoolSpec]
+    ) -> IpsecSpec | None:
+        if not top.has("ipsec"):
+            return None
+        return parse_ipsec(
+            top.sub("ipsec"),
+            self._prefixes,
+            self._file,
+            [p.name for p in pools],
+            [a for p in ports if p.role == pc.ROLE_OUTSIDE for a in p.addresses],
+            [a.network for p in ports if p.role == pc.ROLE_INSIDE for a in p.addresses],
+        )
 
     def _sessions(self, top: Reader) -> SessionSettings:
         if not top.has("sessions"):
