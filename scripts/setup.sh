@@ -14,6 +14,7 @@ DEBIAN_PACKAGES=(
   clamav clamav-daemon clamav-testfiles
   postgresql
   chromium chromium-driver
+  charon-systemd strongswan-swanctl libstrongswan-standard-plugins libcharon-extra-plugins
 )
 
 log() { printf 'setup: %s\n' "$*"; }
@@ -33,7 +34,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root apt-get update -q
   as_root apt-get install -y -q --no-install-recommends "${missing[@]}"
   # Packaged daemons must not run on their own: the project starts clamd and PostgreSQL itself.
-  for unit in clamav-daemon clamav-freshclam postgresql; do
+  for unit in clamav-daemon clamav-freshclam postgresql strongswan; do
     as_root systemctl disable --now "$unit" >/dev/null 2>&1 || true
   done
 else
