@@ -294,6 +294,26 @@ def create_app(controller: Controller, token: str, console: Console | None = Non
         tags = sorted({t for s in controller.states.values() for t in (s.tag_base, s.tag_base | 1)})
         return {"name": name, "tags": tags}
 
+    # -- IPsec (controller.ipsec) -------------------------------------------------------------
+
+    @app.get(f"{API}/ipsec", summary="IPsec tunnels: configuration, active SPM, SAs, counters")
+    def ipsec() -> dict[str, Any]:
+        result: dict[str, Any] = call(controller.ipsec_status)
+        return result
+
+    @app.get(
+        f"{API}/ipsec/spm/{{name}}/config",
+        summary="What an IPsec SPM polls: whether it is active, its address and tunnels",
+    )
+    def ipsec_spm_config(name: str) -> dict[str, Any]:
+        result: dict[str, Any] = call(lambda: controller.ipsec_spm_config(name))
+        return result
+
+    @app.post(f"{API}/ipsec/spm/{{name}}/status", summary="An IPsec SPM's tunnels (every second)")
+    def ipsec_spm_status(name: str, report: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = call(lambda: controller.ipsec_report(name, report))
+        return result
+
     # -- metrics -----------------------------------------------------------------------------
 
     @app.get("/metrics", summary="Prometheus metrics", response_class=Response)

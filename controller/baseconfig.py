@@ -13,6 +13,7 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from controller.ipsec import ipsec_routes
 from controller.policy import Policy
 from opengate import p4constants as pc
 from opengate.entries import Exact, Lpm, MatchValue, TableEntry
@@ -174,6 +175,17 @@ def desired_base(
                 {"ipv4_dst": Lpm(int(route.prefix.network_address), route.prefix.prefixlen)},
                 pc.A_ROUTE_TO,
                 {"port": route.port, "next_hop_mac": route.next_hop_mac},
+            )
+        )
+    # IPsec (controller.ipsec): remote subnets and the IKE/ESP address to the active IPsec SPM.
+    for ipsec_route in ipsec_routes(policy, weights):
+        prefix = ipsec_route.prefix
+        out.add(
+            TableEntry.make(
+                pc.T_ROUTING,
+                {"ipv4_dst": Lpm(int(prefix.network_address), prefix.prefixlen)},
+                pc.A_ROUTE_TO,
+                {"port": ipsec_route.port, "next_hop_mac": ipsec_route.mac},
             )
         )
     # Masquerading: by the NPM itself from its block of ports where the program and the policy

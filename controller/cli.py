@@ -1,5 +1,5 @@
 """`opengate controller run` (the CPM process) and the client commands that talk to its REST API:
-`opengate status`, `sessions`, `spms`, `alerts`, `policy apply|diff|show|validate`.
+`opengate status`, `sessions`, `spms`, `ipsec`, `alerts`, `policy apply|diff|show|validate`.
 
 Client commands find the API with `--api URL` (or $OPENGATE_API, default http://127.0.0.1:8080)
 and the token with `--token-file F` (or $OPENGATE_TOKEN_FILE, default run/api-token) or
@@ -113,6 +113,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sessions.set_defaults(handler=_sessions)
     spms = client("spms", "SPMs: status, weight, load")
     spms.set_defaults(handler=_spms)
+    ipsec = client("ipsec", "IPsec tunnels: state, SAs, counters, last error")
+    ipsec.add_argument("--sas", action="store_true", help="also list each tunnel's SAs")
+    ipsec.set_defaults(handler=_ipsec)
     alerts = client("alerts", "latest alerts from the SPMs")
     alerts.add_argument("--limit", type=int, default=20)
     alerts.set_defaults(handler=_alerts)
@@ -416,6 +419,66 @@ def _spms(args: argparse.Namespace) -> int:
         _table(rows, ["SPM", "PORT", "STATUS", "WEIGHT", "CPU%", "QUEUE", "FLOWS"])
 
     return _client_command(args, run)
+
+
+def _ipsec(args: argparse.Namespace) -> int:
+    def run() -> None:
+        data = _request(args, "GET", "/api/v1/ipsec")
+        if args.json:
+            _print_json(data)
+            return
+        if not data.get("enabled"):
+            print("IPsec: not configured (the policy has no ipsec section)")
+            return
+        spms = ", ".join(
+            f"{s['name']} ({'active' if s['active'] else 'up' if s['up'] else 'down'}"
+            + (f", ESP in {s['esp']}" if s.get("esp") else "")
+            + ")"
+            for s in data["spms"]
+        )
+        print(f"IPsec address {data['address']}, pool {data['pool']}: {spms}")
+        rows = []
+        for t in data["tunnels"]:
+            rows.append(
+                [
+                    t["name"],
+                    t["peer"],
+                    ",".join(t["remote_subnets"]),
+                    t["state"],
+                    t["spm"] or "-",
+                    f"{t['packets_in']}/{t['packets_out']}",
+                    f"{t['bytes_in']}/{t['bytes_out']}",
+                    str(t["rekeys"]),
+                ]
+            )
+        _table(
+            rows,
+            ["TUNNEL", "PEER", "REMOTE", "STATE", "SPM", "PKTS IN/OUT", "BYTES IN/OUT", "REKEYS"],
+        )
+        for t in data["tunnels"]:
+            if t.get("last_error"):
+                print(f"{t['name']}: error: {t['last_error']}")
+            if args.sas:
+                for sa in t.get("sas", []):
+                    print(_sa_line(sa))
+                    for child in sa.get("children", []):
+                        print(_child_line(child))
+
+    return _client_command(args, run)
+
+
+def _sa_line(sa: dict[str, Any]) -> str:
+    return (
+        f"  IKE SA #{sa['unique_id']} {sa['state']} {sa['local']} -> {sa['remote']} "
+        f"{sa['proposal']}, up {sa['established_s']} s"
+    )
+
+
+def _child_line(c: dict[str, Any]) -> str:
+    return (
+        f"    CHILD SA #{c['unique_id']} {c['state']} SPI in {c['spi_in']} out {c['spi_out']} "
+        f"{c['encryption']}, {c['bytes_in']}/{c['bytes_out']} bytes, rekey in {c['rekey_in_s']} s"
+    )
 
 
 def _alerts(args: argparse.Namespace) -> int:

@@ -89,6 +89,30 @@ class Metrics:
             "opengate_spm_queue_depth", "Reported queue depth", ["spm"], registry=r
         )
         self.alerts = Counter("opengate_alerts", "SPM alerts", ["spm", "action"], registry=r)
+        self.ipsec_tunnel_up = Gauge(
+            "opengate_ipsec_tunnel_up",
+            "1 if the tunnel has an installed CHILD SA",
+            ["tunnel"],
+            registry=r,
+        )
+        self.ipsec_bytes = Gauge(
+            "opengate_ipsec_bytes",
+            "Bytes through the tunnel's current CHILD SAs",
+            ["tunnel", "direction"],
+            registry=r,
+        )
+        self.ipsec_packets = Gauge(
+            "opengate_ipsec_packets",
+            "Packets through the tunnel's current CHILD SAs",
+            ["tunnel", "direction"],
+            registry=r,
+        )
+        self.ipsec_rekeys = Gauge(
+            "opengate_ipsec_rekeys",
+            "CHILD SA rekeys seen by the active IPsec SPM",
+            ["tunnel"],
+            registry=r,
+        )
         self.policy_version = Gauge("opengate_policy_version", "Running policy version", registry=r)
         self.primary = Gauge(
             "opengate_npm_primary",

@@ -316,6 +316,11 @@ class Policy:
                 out.setdefault(iface.ip, port.number)
         for rule in self.nat.masquerade:
             out.setdefault(rule.address, rule.port)
+        if self.ipsec is not None:  # the IPsec SPM's address, answered on its outside port
+            for port in self.ports:
+                if any(self.ipsec.address in iface.network for iface in port.addresses):
+                    out.setdefault(self.ipsec.address, port.number)
+                    break
         for forward in self.nat.port_forwards:
             route = self.route_for(forward.address)
             for port in self.ports:
@@ -390,7 +395,7 @@ class _Loader:
         ids_file, ids_headers = self._ids(top, classes)
         nat = self._nat(top, ports, routes)
         sessions = self._sessions(top)
-        ipsec = self._ipsec(top, ports, pools)
+        ipsec = self._ipsec(top, ports, pools, chains)
         top.reject_unknown()
         return Policy(
             path=str(self.path),
@@ -872,12 +877,25 @@ class _Loader:
         return NatSpec(port_range, tuple(masquerade), tuple(forwards), dp_base)
 
     def _ipsec(
-        self, top: Reader, ports: Sequence[PortSpec], pools: Sequence[PoolSpec]
+        self,
+        top: Reader,
+        ports: Sequence[PortSpec],
+        pools: Sequence[PoolSpec],
+        chains: Sequence[ChainSpec],
     ) -> IpsecSpec | None:
         if not top.has("ipsec"):
             return None
+        section = top.sub("ipsec")
+        # The IPsec SPMs route; they are no inspection chain's pool (they would not return the
+        # packets they are sent).
+        pool = section.data.get("pool")
+        for chain in chains:
+            if chain.pool == pool:
+                raise section.error(
+                    "pool", f"pool {pool!r} inspects for chain {chain.name!r}; IPsec needs its own"
+                )
         return parse_ipsec(
-            top.sub("ipsec"),
+            section,
             self._prefixes,
             self._file,
             [p.name for p in pools],

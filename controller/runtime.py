@@ -41,6 +41,7 @@ from controller.classifier import summary as classifier_summary
 from controller.db import Database, DbWriter
 from controller.hsm import schema
 from controller.hsm.compile import CompiledTables, TableOverflow
+from controller.ipsec import IpsecReports, ipsec_view, spm_config
 from controller.metrics import Metrics
 from controller.npm import NpmAddress, NpmConnection, Pipeline
 from controller.policy import Policy, load_policy
@@ -134,6 +135,7 @@ class Controller:
         self._threads: list[threading.Thread] = []
         self.spms: SpmPool | None = None
         self.sessions: SessionManager | None = None
+        self.ipsec_reports = IpsecReports()
 
     # -- start and stop ----------------------------------------------------------------------
 
@@ -626,6 +628,43 @@ class Controller:
                 status_changed=True,
             )
         return outcome
+
+    # -- IPsec -------------------------------------------------------------------------------
+
+    def ipsec_weights(self) -> dict[str, int]:
+        """SPM name -> weight, 0 for SPMs that are down (what picks the active IPsec SPM)."""
+        return dict(self.spms.weights()) if self.spms is not None else {}
+
+    def ipsec_status(self) -> dict[str, Any]:
+        return ipsec_view(self.policy, self.ipsec_weights(), self.ipsec_reports)
+
+    def ipsec_spm_config(self, name: str) -> dict[str, Any]:
+        if self.policy is None or self.policy.spm_by_name(name) is None:
+            raise RequestError(404, f"no SPM named {name!r} in the policy")
+        return spm_config(self.policy, self.ipsec_weights(), name)
+
+    def ipsec_report(self, name: str, report: dict[str, Any]) -> dict[str, Any]:
+        """An IPsec SPM's status (every second); the active one's sets the metrics."""
+        if self.policy is None or self.policy.spm_by_name(name) is None:
+            raise RequestError(404, f"no SPM named {name!r} in the policy")
+        tunnels = report.get("tunnels")
+        if not isinstance(tunnels, list) or not all(isinstance(t, dict) for t in tunnels):
+            raise RequestError(422, "tunnels must be a list of objects")
+        self.ipsec_reports.put(name, report)
+        config = spm_config(self.policy, self.ipsec_weights(), name)
+        if config["active"]:
+            for tunnel in tunnels:
+                label = str(tunnel.get("name"))
+                self.metrics.ipsec_tunnel_up.labels(label).set(int(tunnel.get("state") == "up"))
+                self.metrics.ipsec_rekeys.labels(label).set(float(tunnel.get("rekeys") or 0))
+                for direction in ("in", "out"):
+                    self.metrics.ipsec_bytes.labels(label, direction).set(
+                        float(tunnel.get(f"bytes_{direction}") or 0)
+                    )
+                    self.metrics.ipsec_packets.labels(label, direction).set(
+                        float(tunnel.get(f"packets_{direction}") or 0)
+                    )
+        return {"active": config["active"], "policy": config.get("policy")}
 
     def _on_spm_up(self, event: ev.SpmUp) -> None:
         LOG.info("SPM %s is back; new flows may use it again", event.spm)

@@ -122,6 +122,7 @@ def test_vici_messages_of_a_psk_tunnel(policy_file: Path) -> None:
     ("old", "new", "field", "message"),
     [
         ("pool: vpn", "pool: vpm", "ipsec.pool", "no SPM pool named 'vpm'"),
+        ("pool: vpn", "pool: main", "ipsec.pool", "inspects for chain 'ips-av'"),
         ("address: 198.51.100.2\n", "address: 10.9.9.9\n", "ipsec.address", "no outside port"),
         (
             "remote_subnets: [10.0.2.0/24]",
