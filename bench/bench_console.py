@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +142,7 @@ def main(argv: list[str]) -> int:
             with httpx.Client(base_url=base, timeout=30) as client:
                 client.post("/console/login", data={"user": "", "secret": TOKEN})
                 data = "/console/data/sessions"
-                cases = [
+                cases: list[tuple[str, str, dict[str, str | int]]] = [
                     ("sessions page (HTML)", "/console/sessions", {}),
                     ("console.js", "/console/static/console.js", {}),
                     ("sessions data, page 500 of 1,000", data, {"page": 500}),
@@ -158,11 +159,7 @@ def main(argv: list[str]) -> int:
                 for what, path, params in cases:
                     response = client.get(path, params=params)
                     response.raise_for_status()
-                    print(
-                        row(
-                            what, timed(lambda p=path, q=params: client.get(p, params=q), args.runs)
-                        )
-                    )
+                    print(row(what, timed(partial(client.get, path, params=params), args.runs)))
             result = browser_times(base, args.runs)
             if isinstance(result, str):
                 print(f"\n{result}")

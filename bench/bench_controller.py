@@ -256,12 +256,12 @@ def _first_packet(controller: Controller, iface: str, count: int, nat: bool) -> 
     for i in range(count):
         key = (H1, dst, pc.IP_PROTO_UDP, base_port + i, 9999)
         wanted.add(key)
-        frame = (
+        packet = (
             Ether(src="00:00:00:00:01:10", dst=GW_IN_MAC)
             / IP(src="10.0.1.10", dst=dst_text)
             / UDP(sport=base_port + i, dport=9999)
         )
-        frames.append((key, bytes(frame)))
+        frames.append((key, bytes(packet)))
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as sock:
         sock.bind((iface, 0))
         next_send = time.perf_counter()

@@ -1,52 +1,62 @@
 """The new-flow rate the gateway sustains with no session lost: sessions made by the NPM (routed,
 masqueraded) against sessions made by the CPM (masqueraded, `data_plane_ports: off`).
 
-    sudo .venv/bin/python -m bench.bench_newflows [--rates 1000,2000,4000,8000] [--seconds 2]
+    sudo .venv/bin/python -m bench.bench_newflows [--rates 2000,8000,16000] [--seconds 2]
 
-Needs root (Mininet). h2 opens `rate` new UDP flows a second (one 18-byte datagram each, a new
-source port each) to out1 for `--seconds`; out1 counts what arrives, the CPM's `installed`
-counter counts the sessions it installed, the NPM's drop counter says where the rest went. A rate
-is sustained when every flow arrived and every flow became a session. The policy is the example
-policy without inspection (the SPMs are measured elsewhere), without the CPU meters and the
-per-source new-flow limit (they cap the rate on purpose), and with a 2 s UDP idle timeout, so that
-each rate starts with empty tables.
+Needs root (Mininet). h2 opens `rate` new UDP flows a second (one 18-byte datagram each, each
+flow new to the run) to out1 for `--seconds`, sent by bench.csender (the paced C sender) on h2's
+interface, so that the sender is not what limits the rate. out1 counts what arrives in its
+kernel (an nftables counter that drops them before any socket, so no receiving program and no
+ICMP errors); the CPM's `installed` counter counts the sessions it installed; the NPM's drop
+counter says where the rest went. A rate is sustained when every flow arrived and every flow
+became a session. The policy is the example policy without inspection (the SPMs are measured
+elsewhere), without the CPU meters and the per-source new-flow limit (they cap the rate on
+purpose), and with a 2 s UDP idle timeout, so that each rate starts with empty tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
-import threading
 import time
 from typing import Any
 
-from bench.bench_flood import FLOODER, OUT1, drops, drops_since
+import httpx
+
+from bench.bench_flood import drops, drops_since, flood_frames
+from bench.csender import MAX_FRAMES, binary, write_frames
 from opengate.target import repo_root, select_target
 from topo.model import load_topology, with_controller_nat, without_masquerade
 from topo.net import GatewayNetwork
 
-# Run on out1: count UDP datagrams to port 9 until none came for `quiet` s (after the first)
-# or `limit` s passed; prints the count.
-RECEIVER = r"""
-import socket, sys, time
-quiet, limit = float(sys.argv[1]), float(sys.argv[2])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-s.bind(("0.0.0.0", 9))
-print("ready", flush=True)
-count, start = 0, time.monotonic()
-s.settimeout(limit)
-while time.monotonic() - start < limit:
-    try:
-        s.recv(2048)
-    except socket.timeout:
-        break
-    count += 1
-    s.settimeout(quiet)
-print(count, flush=True)
+# out1's kernel counts (and drops, before routing) the datagrams to the flood's ports.
+COUNTER_TABLE = "ogbench"
+COUNTER_RULES = f"""table ip {COUNTER_TABLE} {{
+    counter flood {{}}
+    chain pre {{
+        type filter hook prerouting priority raw; policy accept;
+        udp dport 20000-29999 counter name flood drop
+    }}
+}}
 """
+
+
+def _nft(network: GatewayNetwork, command: str) -> str:
+    result = network.run("out1", command, timeout=30)
+    if result.returncode != 0:
+        raise RuntimeError(f"nft on out1: {result.output.strip()}")
+    return result.output
+
+
+def arrived(network: GatewayNetwork) -> int:
+    text = _nft(network, f"nft -j list counter ip {COUNTER_TABLE} flood")
+    for item in json.loads(text[text.index("{") :])["nftables"]:
+        if "counter" in item:
+            return int(item["counter"]["packets"])
+    raise RuntimeError("nft on out1: no counter in its output")
 
 
 def measurement_policy(text: str) -> str:
@@ -80,35 +90,49 @@ def settle(read: Any, quiet: float = 1.0, limit: float = 60.0) -> int:
     return int(value)
 
 
-def one_rate(network: GatewayNetwork, rate: int, seconds: int, port: int) -> dict[str, Any]:
-    run = repo_root() / "run" / "bench-newflows"
-    run.mkdir(parents=True, exist_ok=True)
-    (run / "flooder.py").write_text(FLOODER)
-    (run / "receiver.py").write_text(RECEIVER)
-    before_drops, before_installed = drops(network), installed(network)
-    out: dict[str, Any] = {}
-
-    def receive() -> None:
-        result = network.run("out1", f"{sys.executable} {run / 'receiver.py'} 2 {seconds + 30}")
-        out["received"] = int(result.output.split()[-1]) if result.returncode == 0 else 0
-
-    receiver = threading.Thread(target=receive)
-    receiver.start()
-    time.sleep(1.0)  # the receiver binds its socket (it prints "ready" into the same output)
-    result = network.run(
-        "h2", f"{sys.executable} {run / 'flooder.py'} {OUT1} {rate} {seconds} {port}"
+def packet_ins(network: GatewayNetwork) -> int:
+    """Packet-ins the CPM has taken (all NPMs, all reasons), from its Prometheus metrics."""
+    response = httpx.get(
+        f"http://{network.api_address}/metrics",
+        headers={"Authorization": f"Bearer {network.api_token}"},
+        timeout=10.0,
     )
-    out["sent"] = int(result.output.split()[-1]) if result.returncode == 0 else 0
-    receiver.join()
-    out["installed"] = settle(lambda: installed(network)) - before_installed
+    response.raise_for_status()
+    return int(
+        sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in response.text.splitlines()
+            if line.startswith("opengate_packet_ins_total{")
+        )
+    )
+
+
+def one_rate(network: GatewayNetwork, rate: int, seconds: int, phase: int) -> dict[str, Any]:
+    frames = repo_root() / "run" / "bench-newflows" / "flows.frames"
+    frames.parent.mkdir(parents=True, exist_ok=True)
+    # more frames than the sender can send in time, so that none is sent twice
+    write_frames(frames, flood_frames(network.spec, rate * seconds + 4096, phase))
+    before_drops, before_installed = drops(network), installed(network)
+    before_arrived, before_packet_ins = arrived(network), packet_ins(network)
+    result = network.run(
+        "h2", f"{binary()} h2-eth0 {frames} {rate} {seconds}", timeout=seconds + 60
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"sender on h2: {result.output.strip()}")
+    out: dict[str, Any] = {"sent": int(result.output.split()[-2])}
+    # The sessions first: a packet the CPM sets up arrives only after its Write (a quiet second
+    # of arrivals while the CPM works through a backlog is not the end).
+    out["installed"] = settle(lambda: installed(network), quiet=2.0) - before_installed
+    out["received"] = settle(lambda: arrived(network), quiet=1.0) - before_arrived
     out["drops"] = drops_since(network, before_drops)
+    out["packet_ins"] = packet_ins(network) - before_packet_ins
     settle(lambda: active(network), quiet=2.0)  # the 2 s idle timeout empties the tables
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rates", default="1000,2000,4000,8000")
+    parser.add_argument("--rates", default="2000,8000,16000,32000,64000")
     parser.add_argument("--seconds", type=int, default=2)
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
@@ -123,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         running = network.api("GET", "/api/v1/policy")
         path = str(spec.policy)
         base = measurement_policy(running["text"])
-        port = 1024
+        _nft(network, f"nft -f - <<'EOF'\n{COUNTER_RULES}EOF")
+        phase = 0
         for name, text in (
             ("routed: sessions made by the NPM", without_masquerade(base)),
             ("masqueraded by the NPM", base),
@@ -132,23 +157,27 @@ def main(argv: list[str] | None = None) -> int:
             network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": text})
             settle(lambda: active(network), quiet=2.0)
             for rate in rates:
-                rows.append((name, rate, one_rate(network, rate, args.seconds, port)))
-                port = 1024 + (port - 1024 + rate * args.seconds) % 60000
+                if rate * args.seconds + 4096 > MAX_FRAMES:
+                    raise SystemExit(
+                        f"bench_newflows: {rate} flows/s for {args.seconds} s: too many"
+                    )
+                rows.append((name, rate, one_rate(network, rate, args.seconds, phase)))
+                phase += 1
     print(
         f"Command: `{' '.join(['python -m bench.bench_newflows', *(argv or sys.argv[1:])])}`, "
         f"target {choice.target.value}, {args.seconds} s per rate\n"
     )
     print(
         "| sessions made by | offered flows/s | sent | arrived | sessions installed | lost "
-        "| NPM drops |"
+        "| of them via the CPM (packet-ins) | NPM drops |"
     )
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for name, rate, r in rows:
         lost = r["sent"] - min(r["received"], r["installed"])
         dropped = ", ".join(f"{k} {v}" for k, v in sorted(r["drops"].items())) or "none"
         print(
             f"| {name} | {rate} | {r['sent']} | {r['received']} | {r['installed']} | {lost} "
-            f"| {dropped} |"
+            f"| {r['packet_ins']} | {dropped} |"
         )
     for name in dict.fromkeys(n for n, _, _ in rows):
         kept = [

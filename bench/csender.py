@@ -100,6 +100,8 @@ int main(int argc, char **argv) {
 }
 """
 
+# frames the sender reads from its file (its arrays' size)
+MAX_FRAMES = 1 << 18
 _BINARIES: dict[str, Path] = {}
 
 

@@ -7,8 +7,10 @@ switch sees writes in the order events arrived. Dispatch looks handlers up by th
 and its base classes: a new kind of event is a new dataclass and a `subscribe`, nothing else.
 
 Handlers subscribed with `batch=True` receive every queued event of their kind that arrived
-back to back (up to `max_batch`) in one call: that is how one Write installs the sessions of many
-digests.
+back to back in one call: that is how one Write installs the sessions of many digests. A batch
+holds at most `max_batch` records (an event's `weight`: a digest list of 128 sessions weighs 128),
+so that no handler call runs for long and a look at the state (`call_now`) waits for one batch
+of bounded size, not for a backlog of tens of thousands of sessions.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ LOG = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class Event:
     """Base of every event."""
+
+    @property
+    def weight(self) -> int:
+        """How much work the event is, in the units of `EventBus.max_batch` (records)."""
+        return 1
 
 
 E = TypeVar("E", bound=Event)
@@ -60,6 +67,10 @@ class SessionRequested(Event):
     npm: str
     records: tuple[dict[str, int], ...]
     received_at: float  # time.perf_counter() when the digest came off the stream
+
+    @property
+    def weight(self) -> int:
+        return max(1, len(self.records))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +106,10 @@ class SessionCloseSeen(Event):
     npm: str
     records: tuple[dict[str, int], ...]
 
+    @property
+    def weight(self) -> int:
+        return max(1, len(self.records))
+
 
 @dataclass(frozen=True, slots=True)
 class IdleTimeout(Event):
@@ -102,6 +117,10 @@ class IdleTimeout(Event):
 
     npm: str
     keys: tuple[tuple[int, int, int, int, int], ...]
+
+    @property
+    def weight(self) -> int:
+        return max(1, len(self.keys))
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,8 +300,9 @@ class EventBus:
             if first is None:
                 return
             items = [] if first is _WAKE else [first]
+            weight = sum(item.event.weight for item in items)
             stop = False
-            while len(items) < self.max_batch:
+            while weight < self.max_batch:
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
@@ -292,6 +312,7 @@ class EventBus:
                     break
                 if item is not _WAKE:
                     items.append(item)
+                    weight += item.event.weight
             if items:
                 self.dispatch(items)
             if stop:

@@ -45,6 +45,7 @@ from controller.session_encoding import FlowKey, SessionEncoder, SessionUpdate
 from controller.spm_pool import SpmPool
 from opengate import p4constants as pc
 from opengate.p4rt import update_of
+from opengate.throttled import ThrottledWarning
 
 LOG = logging.getLogger(__name__)
 
@@ -263,6 +264,12 @@ class SessionManager:
         self.stats = SessionStats()
         self._encoders: dict[str, SessionEncoder] = {}
         self._nat_cursor: dict[tuple[str, int, int], int] = {}
+        # Where every port of the range was taken: (npm, remote address, NAT address, proto,
+        # remote port) -> the policy it was found under. Nothing frees a port there until a
+        # session of that group goes or the policy changes, so a flood towards one service
+        # fails each further flow at once instead of scanning the whole range again.
+        self._nat_full: dict[tuple[str, int, int, int, int], Policy] = {}
+        self._nat_failures = ThrottledWarning(LOG, "no free NAT port")
         # FIN/RST reports for flows not known yet: a flow that the data plane set up and closed
         # before its request digest was handled (digests of the two kinds come in lists of their
         # own). Kept briefly, bounded, and replayed when the session is created.
@@ -438,7 +445,7 @@ class SessionManager:
                 if allocated is None:
                     self.stats.failed += 1
                     self.metrics.session_failures.labels(npm, "nat_ports_exhausted").inc()
-                    LOG.warning("%s: no free NAT port for %s", npm, flow_text(key))
+                    self._nat_failures.warning(npm, flow_text(key))
                     return None
                 nat_kind, nat_addr, nat_port = pc.NAT_REWRITE_SRC, int(rule.address), allocated
         spm_port = meta.get("spm_port", 0)
@@ -480,6 +487,9 @@ class SessionManager:
 
         if low <= sport <= high and free(sport):
             return sport
+        group = (npm, dst, address, proto, dport)
+        if self._nat_full.get(group) is self.policy:
+            return None
         span = high - low + 1
         cursor_key = (npm, address, proto)
         start = self._nat_cursor.get(cursor_key, 0)
@@ -488,6 +498,7 @@ class SessionManager:
             if free(port):
                 self._nat_cursor[cursor_key] = (start + step + 1) % span
                 return port
+        self._nat_full[group] = self.policy
         return None
 
     def _index(self, session: Session) -> None:
@@ -507,6 +518,9 @@ class SessionManager:
                 del self.index[(session.npm, key)]
         if session.nat_kind != pc.NAT_NONE:
             self.nat_in_use[session.npm] = self.nat_in_use.get(session.npm, 1) - 1
+        if session.nat_kind == pc.NAT_REWRITE_SRC and self._nat_full:
+            _src, dst, proto, _sport, dport = session.key
+            self._nat_full.pop((session.npm, dst, session.nat_addr, proto, dport), None)
 
     def entries_of(self, session: Session) -> tuple[p4r.TableEntry, p4r.TableEntry]:
         encoder = self.encoder(session.npm)

@@ -48,6 +48,10 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
         self.switch = switch
         self.engine = engine  # auto | native | python (softswitch.native.make_dataplane)
         self.lock = threading.RLock()
+        # The digest lists' state (pending, in flight, suppressed): samples come from the data
+        # plane's threads (the native polling thread's upcalls, packet-outs), acks from the
+        # stream, expiry from the timer. Innermost: nothing is locked while it is held.
+        self._digest_lock = threading.Lock()
         self.pipeline: Pipeline | None = None
         self.saved: Pipeline | None = None
         self.streams: list[Stream] = []
@@ -416,16 +420,18 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
         if state is None:
             return
         now = time.monotonic_ns()
-        expiry = state.suppressed.get(values)
-        if expiry is not None and expiry > now:
-            return
-        if values in state.pending:
-            return
-        if not state.pending:
-            state.pending_since = now
-        state.pending.append(values)
-        if state.config.max_list_size <= 1 or len(state.pending) >= state.config.max_list_size:
-            self._flush_digest(did, state, now)
+        with self._digest_lock:
+            expiry = state.suppressed.get(values)
+            if expiry is not None and expiry > now:
+                return
+            if values in state.pending:
+                return
+            if not state.pending:
+                state.pending_since = now
+            state.pending.append(values)
+            size = state.config.max_list_size
+            if size <= 1 or len(state.pending) >= size:
+                self._flush_digest(did, state, now)
 
     def _flush_digest(self, did: int, state: DigestState, now: int) -> None:
         primary = self._primary()
@@ -456,10 +462,11 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
             state = self.digests.get(did)
             if state is None:
                 return
-            item = state.in_flight.pop(list_id, None)
-            if item is not None:
-                for s in item[1]:
-                    state.suppressed.pop(s, None)
+            with self._digest_lock:
+                item = state.in_flight.pop(list_id, None)
+                if item is not None:
+                    for s in item[1]:
+                        state.suppressed.pop(s, None)
 
     # ------------------------------------------------------------------ timers
     def _timer_loop(self) -> None:
@@ -478,12 +485,13 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
     def _digest_timers(self) -> None:
         now = time.monotonic_ns()
         for did, state in self.digests.items():
-            if state.pending and now - state.pending_since >= state.config.max_timeout_ns:
-                self._flush_digest(did, state, now)
-            for lid in [lid for lid, (exp, _) in state.in_flight.items() if exp <= now]:
-                del state.in_flight[lid]
-            for s in [s for s, exp in state.suppressed.items() if exp <= now]:
-                del state.suppressed[s]
+            with self._digest_lock:
+                if state.pending and now - state.pending_since >= state.config.max_timeout_ns:
+                    self._flush_digest(did, state, now)
+                for lid in [lid for lid, (exp, _) in state.in_flight.items() if exp <= now]:
+                    del state.in_flight[lid]
+                for s in [s for s, exp in state.suppressed.items() if exp <= now]:
+                    del state.suppressed[s]
 
     _last_idle_scan = 0
 

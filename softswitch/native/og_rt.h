@@ -196,7 +196,7 @@ typedef struct og_pkt {
 } og_pkt;
 
 /* ------------------------------------------------------------------ digests */
-#define OG_DIGEST_RING 8192
+#define OG_DIGEST_RING 65536 /* about 2 s of new flows at 32k/s: a burst waits for the slow path, not lost */
 #define OG_DIGEST_MAX_FIELDS 32
 typedef struct og_digest {
     uint32_t id;

@@ -43,6 +43,36 @@ def test_batch_handlers_get_consecutive_events_of_their_kind_in_one_call() -> No
         bus.stop()
 
 
+@dataclass(frozen=True, slots=True)
+class Records(Event):
+    records: tuple[int, ...]
+
+    @property
+    def weight(self) -> int:
+        return len(self.records)
+
+
+def test_a_batch_is_bounded_by_the_records_it_carries_not_by_events() -> None:
+    """Digest lists carry up to 128 sessions each: 512 of them in one handler call would hold
+    the dispatcher (and every API view, which waits for the running batch) for seconds."""
+    bus = EventBus(max_batch=100)
+    calls: list[list[int]] = []
+    bus.subscribe(
+        Records, lambda events: calls.append([len(e.records) for e in events]), batch=True
+    )
+    sizes = [40, 40, 40, 150, 10, 60, 30, 20]
+    futures = [bus.publish(Records(tuple(range(n)))) for n in sizes]
+    bus.start()
+    try:
+        for future in futures:
+            future.result(timeout=5)
+    finally:
+        bus.stop()
+    # in order, every event once; a batch closes once it holds max_batch records or more
+    assert [n for call in calls for n in call] == sizes
+    assert calls == [[40, 40, 40], [150], [10, 60, 30], [20]]
+
+
 def test_a_failing_handler_fails_its_event_and_not_the_others() -> None:
     bus = EventBus()
     ran: list[int] = []

@@ -4,6 +4,9 @@ and the DB kept in step with the table."""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 import grpc
 from finsy.proto import p4r
 
@@ -209,6 +212,34 @@ def test_nat_ports_run_out_per_destination_and_failures_are_clean(
     wait_until("11 packet-outs", lambda: switch.packet_outs.qsize() == 11)
     assert len(session_entries(switch)) == 22
     assert len(db_sessions(controller)) == 11
+
+
+def test_a_full_nat_range_fails_at_once_until_a_port_is_freed(
+    switch: SwitchDouble, make_controller: ControllerFactory, caplog: Any
+) -> None:
+    """Once every port towards a server:port is taken, further flows there fail without a scan
+    of the range, with one log line for the burst; a session that goes frees its port."""
+    controller = make_controller(switch)
+    for sport in range(30000, 30010):  # the 10 NAT ports of the test policy
+        switch.inject_packet_in(syn(H1, OUT1, sport, 80), packet_in_meta())
+    wait_until("10 packet-outs", lambda: switch.packet_outs.qsize() == 10)
+    manager = controller.sessions
+    assert manager is not None
+    with caplog.at_level(logging.WARNING, logger="controller.sessions"):
+        for sport in range(31000, 31005):
+            switch.inject_packet_in(syn(H1, OUT1, sport, 80), packet_in_meta())
+        wait_until("five failures", lambda: manager.stats.failed == 5)
+    assert len(manager._nat_full) == 1  # the first failure scanned and remembered the group
+    lines = [r.getMessage() for r in caplog.records if "no free NAT port" in r.getMessage()]
+    assert len(lines) == 1, lines  # the other four are left to the counters
+    victim = next(s for s in manager.sessions.values() if s.key[3] == 30003)
+    controller.bus.publish(ev.SessionDeleteRequested(victim.id))
+    wait_until("the session gone", lambda: victim.id not in manager.sessions)
+    assert manager._nat_full == {}
+    switch.inject_packet_in(syn(H1, OUT1, 31005, 80), packet_in_meta())
+    wait_until("11 packet-outs", lambda: switch.packet_outs.qsize() == 11)
+    added = next(s for s in manager.sessions.values() if s.key[3] == 31005)
+    assert added.nat_port == victim.nat_port and manager.stats.failed == 5
 
 
 def test_port_forward_rewrites_the_destination(
