@@ -415,6 +415,7 @@ def vici_connection(tunnel: TunnelSpec, local_address: ipaddress.IPv4Address) ->
             "dpd_delay": str(tunnel.dpd),
             "encap": "no",
             "mobike": "no",
+            "unique": "replace",
             "local-1": local_auth,
             "remote-1": remote_auth,
             "children": {tunnel.name: child},

@@ -1,6 +1,7 @@
 """`opengate spm ...`: run the SPM daemon and check its inputs.
 
     opengate spm run --config spm.yaml       the daemon (until SIGTERM/SIGINT)
+    opengate spm ipsec --config ipsec.yaml   the IPsec SPM daemon (spm/ipsec/service.py)
     opengate spm check-config spm.yaml       validate a configuration file
     opengate spm rules-check RULES...        load Snort rules; list those the built-in engine
                                              cannot run, with the option and place
@@ -44,6 +45,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run = sub.add_parser("run", help="run the SPM daemon")
     run.add_argument("--config", type=Path, required=True, help="the SPM's YAML configuration")
     run.set_defaults(handler=_run)
+
+    ipsec = sub.add_parser("ipsec", help="run the IPsec SPM daemon (charon over VICI)")
+    ipsec.add_argument("--config", type=Path, required=True, help="the IPsec SPM's YAML")
+    ipsec.set_defaults(handler=_ipsec)
 
     check = sub.add_parser("check-config", help="validate a configuration file")
     check.add_argument("config", type=Path)
@@ -238,6 +243,12 @@ def _corpus(args: argparse.Namespace) -> int:
             where = f"flow of sid {f.sid}" if f and f.sid else "benign flow" if f else "?"
             print(f"  {label}: sid {sid} on {where} {cid}")
     return 0 if not (result.builtin_only or result.snort_only) else 1
+
+
+def _ipsec(args: argparse.Namespace) -> int:
+    from spm.ipsec.service import run  # noqa: PLC0415 (vici only where the IPsec SPM runs)
+
+    return run(args.config)
 
 
 def main(argv: list[str] | None = None) -> int:

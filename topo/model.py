@@ -20,7 +20,8 @@ from opengate.yamlconf import (
     one_of,
 )
 
-ROLES = ("inside", "outside", "spm")
+ROLES = ("inside", "outside", "spm", "ipsec")  # ipsec: an IPsec SPM host (spm/ipsec)
+SPM_ROLES = ("spm", "ipsec")  # hosts attached to an NPM port or a shared segment
 SERVICES = ("http", "iperf3", "udp-echo")
 
 
@@ -29,6 +30,7 @@ class NpmSpec:
     name: str
     device_id: int
     ports: dict[int, str]  # NPM port number -> LAN name or SPM host name
+    policy: Path | None = None  # this NPM's own policy (and controller): a site of its own
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,16 @@ class TopologySpec:
     def hosts_with_role(self, role: str) -> list[HostSpec]:
         return [h for h in self.hosts if h.role == role]
 
+    def policy_of(self, npm: NpmSpec) -> Path:
+        return npm.policy or self.policy
+
+    def npm_of(self, host: HostSpec) -> NpmSpec:
+        """The (first) NPM that reaches SPM host `host`."""
+        for npm in self.npms:
+            if self.spm_port(npm, host) is not None:
+                return npm
+        return self.npms[0]
+
     def spm_port(self, npm: NpmSpec, spm: HostSpec) -> int | None:
         """The port of `npm` that reaches SPM host `spm` (directly or through its segment)."""
         for port, peer in npm.ports.items():
@@ -115,14 +127,14 @@ def load_topology(path: str | Path, root: Path | None = None) -> TopologySpec:
             name=item.get("name", as_str),
             role=role,
             mac=item.get("mac", as_mac),
-            lan=item.get("lan", as_str, required=role != "spm"),
-            ip=item.get("ip", as_ipv4_interface, required=role != "spm"),
+            lan=item.get("lan", as_str, required=role not in SPM_ROLES),
+            ip=item.get("ip", as_ipv4_interface, required=role not in SPM_ROLES),
             gateway=item.get("gateway", as_ipv4, required=False),
             npm_port=item.get("npm_port", as_int, required=False),
             services=item.get("services", _services, default=()),
         )
         item.reject_unknown()
-        if role == "spm" and (host.lan is None) == (host.npm_port is None):
+        if role in SPM_ROLES and (host.lan is None) == (host.npm_port is None):
             raise item.error(
                 "npm_port",
                 "an SPM host has either npm_port (one NPM port) or lan (a segment shared by NPMs)",
@@ -136,7 +148,7 @@ def load_topology(path: str | Path, root: Path | None = None) -> TopologySpec:
         if host.lan is not None and host.lan not in lan_names:
             raise host_readers[host.name].error("lan", f"no LAN named {host.lan!r}")
     npms = []
-    spm_names = {h.name for h in hosts if h.role == "spm"}
+    spm_names = {h.name for h in hosts if h.role in SPM_ROLES}
     for item in top.items("npms"):
         ports_reader = item.sub("ports")
         ports: dict[int, str] = {}
@@ -150,8 +162,14 @@ def load_topology(path: str | Path, root: Path | None = None) -> TopologySpec:
             if value not in lan_names and value not in spm_names:
                 raise ports_reader.error(key, f"{value!r} is neither a LAN nor an SPM host")
             ports[number] = str(value)
+        own_policy = item.get("policy", as_str, required=False)
         npms.append(
-            NpmSpec(item.get("name", as_str), item.get("device_id", as_int, default=1), ports)
+            NpmSpec(
+                item.get("name", as_str),
+                item.get("device_id", as_int, default=1),
+                ports,
+                root / own_policy if own_policy else None,
+            )
         )
         item.reject_unknown()
     if not npms:

@@ -127,6 +127,17 @@ def _wait_until(
 
 
 @dataclass(frozen=True, slots=True)
+class Cpm:
+    """One controller of the topology: the NPMs it runs (one policy), its API and socket."""
+
+    npms: tuple[str, ...]
+    policy: Path
+    api_address: str
+    socket: Path
+    suffix: str  # "" for the first controller; "-NPM" for the others (file names)
+
+
+@dataclass(frozen=True, slots=True)
 class CommandResult:
     host: str
     command: str
@@ -146,6 +157,7 @@ class GatewayNetwork:
     net: Any = None
     api_address: str = ""
     api_token: str = ""
+    cpms: list[Cpm] = field(default_factory=list)  # one per distinct policy (site)
     _processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
     _commands: set[subprocess.Popen[bytes]] = field(default_factory=set)  # `run` commands
     # one HTTP client for every API call: a new one each call costs an SSL context (about 15 ms
@@ -222,18 +234,37 @@ class GatewayNetwork:
         self._start_services()
 
     def _start_controller(self) -> None:
-        npm_args = []
+        """One controller per policy: the topology's for the NPMs without their own, and one
+        for each NPM that names its own (a site of its own, e.g. the two-site VPN)."""
+        groups: dict[Path, list[str]] = {}
         for npm in self.spec.npms:
-            node = self.net.get(npm.name)
-            npm_args += ["--npm", f"{npm.name}={node.grpc_address},{npm.device_id}"]
-        port = free_tcp_port()
-        self.api_address = f"127.0.0.1:{port}"
+            groups.setdefault(self.spec.policy_of(npm), []).append(npm.name)
         self.api_token = secrets.token_hex(16)
-        # Every run of the topology is a new gateway: a new switch, so a new database too.
-        (self.run_dir / "opengate.db").unlink(missing_ok=True)
         token_file = self.run_dir / "api-token"
         token_file.write_text(self.api_token + "\n")
         token_file.chmod(0o600)
+        self.cpms = []
+        for index, (policy, names) in enumerate(groups.items()):
+            suffix = "" if index == 0 else f"-{names[0]}"
+            self._start_one_controller(policy, tuple(names), suffix, token_file)
+        self.api_address = self.cpms[0].api_address
+
+    def _start_one_controller(
+        self, policy: Path, names: tuple[str, ...], suffix: str, token_file: Path
+    ) -> None:
+        npm_args = []
+        for npm in self.spec.npms:
+            if npm.name in names:
+                node = self.net.get(npm.name)
+                npm_args += ["--npm", f"{npm.name}={node.grpc_address},{npm.device_id}"]
+        port = free_tcp_port()
+        api_address = f"127.0.0.1:{port}"
+        state_dir = self.run_dir / f"cpm{suffix}" if suffix else self.run_dir
+        state_dir.mkdir(parents=True, exist_ok=True)
+        # Every run of the topology is a new gateway: a new switch, so a new database too.
+        database = self.run_dir / f"opengate{suffix}.db"
+        database.unlink(missing_ok=True)
+        socket_path = self.run_dir / f"cpm{suffix}.sock"
         argv = [
             sys.executable,
             "-m",
@@ -241,23 +272,31 @@ class GatewayNetwork:
             "controller",
             "run",
             "--policy",
-            str(self.spec.policy),
+            str(policy),
             *npm_args,
             "--api",
-            self.api_address,
+            api_address,
             "--token-file",
             str(token_file),
             "--db",
-            f"sqlite:///{self.run_dir / 'opengate.db'}",
+            f"sqlite:///{database}",
             "--state-dir",
-            str(self.run_dir),
+            str(state_dir),
             "--api-socket",
-            str(self.cpm_socket),
+            str(socket_path),
             # the rules the SPMs run, where the web console finds an alert's rule text
             *(arg for path in self.spm_rule_files() for arg in ("--rules-file", path)),
         ]
-        process = self._spawn("controller", argv, self.run_dir / "controller.log")
+        process = self._spawn(f"controller{suffix}", argv, self.run_dir / f"controller{suffix}.log")
         wait_for_port("127.0.0.1", port, 60.0, process)
+        self.cpms.append(Cpm(names, policy, api_address, socket_path, suffix))
+
+    def cpm_for(self, npm: str | None) -> Cpm:
+        """The controller of NPM `npm` (None: the first controller)."""
+        for cpm in self.cpms:
+            if npm is None or npm in cpm.npms:
+                return cpm
+        raise ConfigError(f"no NPM named {npm!r}")
 
     def spm_rule_files(self) -> list[str]:
         """The rule files the SPM daemons run: the topology's own and the shared ones found."""
@@ -272,13 +311,14 @@ class GatewayNetwork:
         network namespace, of the controller."""
         return self.run_dir / "cpm.sock"
 
-    def api(self, method: str, path: str, **kwargs: Any) -> Any:
-        """Call the controller's REST API (JSON in, JSON out)."""
+    def api(self, method: str, path: str, npm: str | None = None, **kwargs: Any) -> Any:
+        """Call the REST API (JSON in, JSON out) of the controller of `npm` (None: the first)."""
         if self._http is None:
             self._http = httpx.Client(timeout=10.0)
+        address = self.cpm_for(npm).api_address if npm is not None else self.api_address
         response = self._http.request(
             method,
-            f"http://{self.api_address}{path}",
+            f"http://{address}{path}",
             headers={"Authorization": f"Bearer {self.api_token}"},
             **kwargs,
         )
@@ -297,6 +337,46 @@ class GatewayNetwork:
     def _start_spms(self) -> None:
         for host in self.spec.hosts_with_role("spm"):
             self.start_spm(host.name)
+        for host in self.spec.hosts_with_role("ipsec"):
+            self.start_ipsec_spm(host.name)
+
+    def start_ipsec_spm(self, name: str) -> None:
+        """Start IPsec SPM host `name`'s daemon (spm/ipsec: charon over VICI); returns when its
+        controller has its first status report."""
+        host = self.spec.host(name)
+        node = self.net.get(host.name)
+        npm = self.spec.npm_of(host).name
+        cpm = self.cpm_for(npm)
+        work = self.run_dir / host.name
+        work.mkdir(parents=True, exist_ok=True)
+        config = {
+            "name": host.name,
+            "interface": f"{host.name}-eth0",
+            "cpm_url": f"unix:{cpm.socket}",
+            "token": self.api_token,
+            "run_dir": str(work / "charon"),
+            "esp": os.environ.get("OPENGATE_IPSEC_ESP", "auto"),
+        }
+        config_path = work / "ipsec.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        argv = [sys.executable, "-m", "spm", "--log-level", "info", "ipsec"]
+        argv += ["--config", str(config_path)]
+        with (work / "ipsec.log").open("ab") as log:
+            process = node.popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(repo_root()))
+        self._processes.append((f"{host.name}:spm", process))
+
+        def reported() -> bool:
+            view = self.api("GET", "/api/v1/ipsec", npm=npm)
+            return any(
+                s["name"] == name and s["report_age_s"] is not None for s in view.get("spms", [])
+            )
+
+        _wait_until(
+            f"{host.name}: the IPsec SPM to report (log {work / 'ipsec.log'})",
+            reported,
+            60.0,
+            process,
+        )
 
     def start_spm(self, name: str) -> None:
         """Start SPM host `name`'s clamd and SPM daemon (again, after kill_spm); returns when the
@@ -306,7 +386,8 @@ class GatewayNetwork:
         work = self.run_dir / host.name
         work.mkdir(parents=True, exist_ok=True)
         clamd_socket = self._clamd_for(host.name, node, work)
-        tags = self.api("GET", f"/api/v1/spm/{host.name}/config")["tags"]
+        npm = self.spec.npm_of(host).name
+        tags = self.api("GET", f"/api/v1/spm/{host.name}/config", npm=npm)["tags"]
         rules = self.spm_rule_files()
         eve = work / "eve.json"
         eve.unlink(missing_ok=True)
@@ -325,7 +406,7 @@ class GatewayNetwork:
             },
             "av": {"enabled": True, "clamd_socket": str(clamd_socket), "on_clamd_down": "drop"},
             **({"bypass": self.spm_bypass} if self.spm_bypass else {}),
-            "cpm_url": f"unix:{self.cpm_socket}",
+            "cpm_url": f"unix:{self.cpm_for(npm).socket}",
             "token": self.api_token,
             "eve_log": str(eve),
         }

@@ -37,9 +37,9 @@ class IpsecError(Exception):
 
 _DIAGNOSES: tuple[tuple[re.Pattern[str], str], ...] = (
     (
-        re.compile(r"unable to (add SAD entry|install .* IPsec SA)"),
-        "the kernel refused the negotiated SA (no ESP or no such cipher in XFRM): run the "
-        "SPM with esp: userspace, or load the kernel's esp4 and crypto modules",
+        re.compile(r"unable to (add SAD entry|install .*(IPsec SA|IPsec policies))"),
+        "the SA was negotiated but could not be installed (a kernel without ESP or the cipher: "
+        "use esp: userspace; with libipsec, no address of the local subnet on the host)",
     ),
     (
         re.compile(r"AUTHENTICATION_FAILED|MAC mismatched|peer authentication failed"),
@@ -50,7 +50,15 @@ _DIAGNOSES: tuple[tuple[re.Pattern[str], str], ...] = (
         "authentication failed: no pre-shared key for this peer",
     ),
     (
-        re.compile(r"NO_PROPOSAL_CHOSEN notify, no CHILD_SA built|failed to establish CHILD_SA"),
+        re.compile(r"TS_UNACCEPTABLE|traffic selectors .* unacceptable"),
+        "traffic selectors refused: the local/remote subnets differ from the peer's (or the "
+        "peer could not install them)",
+    ),
+    (
+        re.compile(
+            r"NO_PROPOSAL_CHOSEN notify, no CHILD_SA built|no acceptable proposal found.*"
+            r"CHILD|no acceptable proposal found$"
+        ),
         "no common ESP proposal: the tunnel's esp proposals differ from the peer's",
     ),
     (
@@ -60,10 +68,6 @@ _DIAGNOSES: tuple[tuple[re.Pattern[str], str], ...] = (
     (
         re.compile(r"NO_PROPOSAL_CHOSEN|no acceptable proposal found|proposals unacceptable"),
         "no common IKE proposal: the tunnel's ike proposals differ from the peer's",
-    ),
-    (
-        re.compile(r"TS_UNACCEPTABLE|traffic selectors .* unacceptable"),
-        "traffic selectors refused: the local/remote subnets differ from the peer's",
     ),
     (
         re.compile(r"giving up after \d+ retransmits|peer not responding"),
@@ -241,7 +245,8 @@ class IpsecControl:
 
     def __init__(self, charon: Charon) -> None:
         self.charon = charon
-        self.tunnels: dict[str, TunnelSpec] = {}
+        self.tunnels: dict[str, dict[str, Any]] = {}  # name -> summary (no secrets)
+        self._peers: dict[str, list[str]] = {}
         self._events: dict[str, _TunnelEvents] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -253,20 +258,42 @@ class IpsecControl:
 
     def load(self, tunnel: TunnelSpec, local_address: ipaddress.IPv4Address) -> None:
         """Load (or replace) a tunnel's secret/credentials and connection."""
+        certs = tunnel.auth if isinstance(tunnel.auth, CertAuth) else None
+        self.load_messages(
+            tunnel.name,
+            vici_connection(tunnel, local_address),
+            vici_secret(tunnel, local_address),
+            tunnel.summary(),
+            certs,
+        )
+
+    def load_messages(
+        self,
+        name: str,
+        connection: Mapping[str, Any],
+        secret: Mapping[str, Any] | None,
+        summary: Mapping[str, Any] | None = None,
+        certs: CertAuth | None = None,
+    ) -> None:
+        """Load a tunnel from its VICI messages (as the CPM hands them to an IPsec SPM)."""
+        conn = connection.get(name)
+        if not isinstance(conn, Mapping):
+            raise IpsecError(f"tunnel {name}: the connection message has no {name!r}")
         try:
             with self.charon.session() as session:
-                if isinstance(tunnel.auth, CertAuth):
-                    self._load_certs(session, tunnel.auth)
-                secret = vici_secret(tunnel, local_address)
+                if certs is not None:
+                    self._load_certs(session, certs)
                 if secret is not None:
-                    session.load_shared(secret)
-                session.load_conn(vici_connection(tunnel, local_address))
+                    session.load_shared(dict(secret))
+                session.load_conn(dict(connection))
         except (CommandException, SessionException, OSError) as error:
-            raise IpsecError(f"tunnel {tunnel.name}: charon refused it: {error}") from None
+            raise IpsecError(f"tunnel {name}: charon refused it: {error}") from None
+        peers = [str(a) for a in conn.get("remote_addrs", [])]
         with self._lock:
-            self.tunnels[tunnel.name] = tunnel
-            self._events.setdefault(tunnel.name, _TunnelEvents())
-        LOG.info("ipsec: loaded tunnel %s (peer %s)", tunnel.name, tunnel.peer)
+            self.tunnels[name] = dict(summary or {"name": name, "peer": ",".join(peers)})
+            self._peers[name] = peers
+            self._events.setdefault(name, _TunnelEvents())
+        LOG.info("ipsec: loaded tunnel %s (peer %s)", name, ",".join(peers))
 
     @staticmethod
     def _load_certs(session: Any, auth: CertAuth) -> None:
@@ -290,11 +317,14 @@ class IpsecControl:
             LOG.info("ipsec: unloading %s: %s", name, error)
         with self._lock:
             self.tunnels.pop(name, None)
+            self._peers.pop(name, None)
 
     # -- actions -------------------------------------------------------------------------------
 
     def initiate(self, name: str, timeout: float = 20.0) -> None:
         """Bring a tunnel's CHILD SA up and wait for it; IpsecError says why it failed."""
+        if self.established(name):
+            return
         lines: list[str] = []
         message = {"child": name, "ike": name, "timeout": str(int(timeout * 1000)), "loglevel": "2"}
         try:
@@ -302,6 +332,8 @@ class IpsecControl:
                 for event in session.initiate(message):
                     lines.append(_text(event.get("msg")))
         except CommandException as error:
+            if self.established(name):  # brought up meanwhile (start_action, or the peer)
+                return
             reason = diagnose(lines) or self.last_error(name) or str(error)
             self._record_error(name, reason)
             raise IpsecError(f"tunnel {name}: {reason}") from None
@@ -368,7 +400,7 @@ class IpsecControl:
             sas, reachable = [], False
         out: list[dict[str, Any]] = []
         with self._lock:
-            for name, tunnel in sorted(self.tunnels.items()):
+            for name, summary in sorted(self.tunnels.items()):
                 mine = [sa for sa in sas if sa.name == name]
                 children = [c for sa in mine for c in sa.children]
                 if any(c.state == "INSTALLED" for c in children):
@@ -380,7 +412,7 @@ class IpsecControl:
                 events = self._events.get(name, _TunnelEvents())
                 out.append(
                     {
-                        **tunnel.summary(),
+                        **summary,
                         "state": state if reachable else "unknown",
                         "last_error": events.last_error,
                         "error_at": events.error_at,
@@ -473,13 +505,10 @@ class IpsecControl:
             if not name or name not in self.tunnels:
                 name = self._ike_names.get(unique, "")
             if not name:
-                peer = re.search(
-                    r"(\d+\.\d+\.\d+\.\d+)\[\d+\]|^(\d+\.\d+\.\d+\.\d+) is initiating", text
-                )
-                address = next((g for g in peer.groups() if g), None) if peer else None
-                for tunnel in self.tunnels.values():
-                    if address == str(tunnel.peer):
-                        name = tunnel.name
+                addresses = set(_ADDRESS.findall(text))
+                for tunnel, peers in self._peers.items():
+                    if addresses.intersection(peers):
+                        name = tunnel
             if not name:
                 return
             if unique:
