@@ -306,14 +306,16 @@ class IpsecControl:
         session.load_key({"type": kind, "data": key})
 
     def unload(self, name: str) -> None:
+        """Close the tunnel's SAs (telling the peer), then forget its connection and secret."""
         try:
             with self.charon.session() as session:
+                with contextlib.suppress(CommandException):  # no SA: nothing to close
+                    for _ in session.terminate({"ike": name, "timeout": "2000"}):
+                        pass
                 session.unload_conn({"name": name})
                 with contextlib.suppress(CommandException):
                     session.unload_shared({"id": f"psk-{name}"})
-                for _ in session.terminate({"ike": name, "force": "yes", "timeout": "-1"}):
-                    pass
-        except (CommandException, SessionException) as error:
+        except (CommandException, SessionException, OSError) as error:
             LOG.info("ipsec: unloading %s: %s", name, error)
         with self._lock:
             self.tunnels.pop(name, None)

@@ -41,7 +41,21 @@ from spm.ipsec.control import IpsecControl, IpsecError
 
 LOG = logging.getLogger(__name__)
 
-NEXT_HOP = "169.254.79.71"  # the NPM as this host's next hop (a static neighbour entry)
+RETRY_S = 5.0  # a tunnel that should be up and has no SA is started again this often
+NEXT_HOP = "169.254.79.71"
+# TCP through a tunnel must fit what is left of a 1,500-byte frame after ESP (in UDP): the inner
+# MTU is 1,400 with libipsec's TUN device, a little more with XFRM. A host behind the NPM cannot
+# learn it by path MTU discovery (the NPM does not pass ICMP errors from the IPsec SPM to it), so
+# the IPsec SPM clamps the MSS of the TCP connections it forwards.
+MSS_CLAMP = 1360
+NFT_TABLE = "opengate_ipsec"
+NFT_RULES = f"""table ip {NFT_TABLE} {{
+  chain forward {{
+    type filter hook forward priority mangle; policy accept;
+    tcp flags syn tcp option maxseg size > {MSS_CLAMP} tcp option maxseg size set {MSS_CLAMP}
+  }}
+}}
+"""  # the NPM as this host's next hop (a static neighbour entry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +66,10 @@ class IpsecSpmConfig:
     token: str
     run_dir: Path
     esp: str = "auto"
+
+
+def _drop_nft_table() -> None:
+    subprocess.run(["nft", "delete", "table", "ip", NFT_TABLE], capture_output=True, check=False)
 
 
 def load_config(path: str | Path) -> IpsecSpmConfig:
@@ -83,6 +101,7 @@ class IpsecService:
         self.policy: str | None = None
         self.address: str | None = None
         self.lan_addresses: set[str] = set()  # on lo, for libipsec's routes (see _activate)
+        self.starts: dict[str, float] = {}  # tunnels we bring up -> when we last tried
         self._stop = threading.Event()
         transport = None
         base = config.cpm_url
@@ -117,6 +136,14 @@ class IpsecService:
         subprocess.run(
             ["sysctl", "-qw", f"net.ipv4.conf.{self.config.interface}.rp_filter=0"], check=False
         )
+        subprocess.run(
+            ["nft", "delete", "table", "ip", NFT_TABLE], capture_output=True, check=False
+        )
+        clamp = subprocess.run(
+            ["nft", "-f", "-"], input=NFT_RULES, capture_output=True, text=True, check=False
+        )
+        if clamp.returncode != 0:
+            LOG.warning("ipsec spm: no MSS clamping (nft: %s)", clamp.stderr.strip())
         self.charon.start()
         self.control.watch()
         LOG.info(
@@ -133,6 +160,9 @@ class IpsecService:
         self.control.close()
         self.charon.stop()
         self.http.close()
+        subprocess.run(
+            ["nft", "delete", "table", "ip", NFT_TABLE], capture_output=True, check=False
+        )
 
     # -- one round: report, learn the role, act, report the tunnels -------------------------------
 
@@ -152,6 +182,23 @@ class IpsecService:
             self._standby()
         self._report_status()
 
+    def _report_status(self) -> None:
+        status = self.control.status()
+        body = {"esp": self.charon.esp, "active": self.active, "tunnels": status}
+        try:
+            self.http.post(f"/api/v1/ipsec/spm/{self.config.name}/status", json=body)
+        except httpx.HTTPError as error:
+            LOG.warning("ipsec spm %s: status report failed: %s", self.config.name, error)
+        # Tunnels that should be up and have no SA at all (the peer refused, or was away):
+        # try again, every RETRY_S seconds (charon does not retry a refused IKE_SA by itself).
+        now = time.monotonic()
+        for tunnel in status:
+            name = tunnel["name"]
+            due = name in self.starts and now - self.starts[name] >= RETRY_S
+            if due and tunnel["state"] == "down":
+                self.starts[name] = now
+                self.control.initiate_async(name)
+
     def _activate(self, config: dict[str, Any]) -> None:
         interface = self.config.interface
         address = str(config["address"])
@@ -166,7 +213,10 @@ class IpsecService:
         if self.charon.esp == "userspace":
             self._hold_lan_addresses(config)
         wanted = {str(t["name"]) for t in config.get("tunnels", [])}
-        for name in set(self.control.tunnels) - wanted:
+        # A new policy: close every tunnel and load it again (new keys, proposals, subnets take
+        # effect at once, not at the next rekey).
+        stale = set(self.control.tunnels) if self.active else set(self.control.tunnels) - wanted
+        for name in stale:
             self.control.unload(name)
         for tunnel in config.get("tunnels", []):
             name = str(tunnel["name"])
@@ -177,6 +227,8 @@ class IpsecService:
                 continue
             if tunnel.get("start", True):
                 self.control.initiate_async(name)
+                self.starts[name] = time.monotonic()
+        self.starts = {n: t for n, t in self.starts.items() if n in wanted}
         self.active = True
         self.policy = config.get("policy")
         LOG.info(
@@ -215,6 +267,7 @@ class IpsecService:
             LOG.info("ipsec spm %s: standby", self.config.name)
         self.active = False
         self.policy = None
+        self.starts = {}
 
     def _report_load(self) -> None:
         load = {"ts": time.time(), "cpu": self._charon_cpu(), "queue_depth": 0, "workers": 1}
@@ -222,13 +275,6 @@ class IpsecService:
             self.http.post(f"/api/v1/spm/{self.config.name}/load", json=load).raise_for_status()
         except httpx.HTTPError as error:
             LOG.warning("ipsec spm %s: load report failed: %s", self.config.name, error)
-
-    def _report_status(self) -> None:
-        body = {"esp": self.charon.esp, "active": self.active, "tunnels": self.control.status()}
-        try:
-            self.http.post(f"/api/v1/ipsec/spm/{self.config.name}/status", json=body)
-        except httpx.HTTPError as error:
-            LOG.warning("ipsec spm %s: status report failed: %s", self.config.name, error)
 
     def _charon_cpu(self) -> float:
         """charon's CPU use since the last report, in percent of one core."""

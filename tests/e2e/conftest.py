@@ -68,3 +68,13 @@ def gateway(topologies: Topologies) -> GatewayNetwork:
 def two_npms(topologies: Topologies) -> GatewayNetwork:
     """Two NPMs sharing the SPM pool (topo/gateway-2npm.yaml)."""
     return topologies.get("gateway-2npm.yaml", spm_bypass=SPM_BYPASS)
+
+
+@pytest.fixture
+def two_sites(topologies: Topologies) -> GatewayNetwork:
+    """The two-site VPN (topo/gateway-2site.yaml): site A and site B joined by an IPsec tunnel."""
+    from spm.ipsec.charon import find_charon
+
+    if find_charon() is None:
+        pytest.skip("charon-systemd is not installed (Debian package charon-systemd)")
+    return topologies.get("gateway-2site.yaml")
