@@ -23,8 +23,8 @@ help: ## list the targets
 setup: ## install what is missing (Debian packages, the locked Python virtualenv); report p4c/BMv2
 	@P4_PREFIX=$(P4_PREFIX) VENV=$(VENV) scripts/setup.sh
 
-run: setup ## bring up the gateway topology in Mininet and open its CLI
-	$(PY) -m topo run
+run: setup ## bring up the gateway topology in Mininet and open its CLI (TOPOLOGY=topo/FILE.yaml)
+	$(PY) -m topo run $(if $(TOPOLOGY),--topology $(TOPOLOGY))
 
 test: setup lint ## lint, type-check and run the whole suite (unit, PTF, end-to-end)
 	$(PY) -m pytest tests

@@ -105,25 +105,28 @@ class TwoSites:
 
 
 def wait_line(process: subprocess.Popen[str], stream: str, needle: str, timeout: float) -> str:
-    """Read `stream` ('stdout'/'stderr') of `process` until a line contains `needle`."""
-    pipe = getattr(process, stream)
+    """Read `stream` ('stdout'/'stderr') of `process` until a line contains `needle`. Reads the
+    file descriptor itself (a buffered readline could hold the line select() no longer sees);
+    what follows the needle's line in the same read is not kept."""
+    fd = getattr(process, stream).fileno()
     selector = selectors.DefaultSelector()
-    selector.register(pipe, selectors.EVENT_READ)
+    selector.register(fd, selectors.EVENT_READ)
     deadline = time.monotonic() + timeout
-    seen: list[str] = []
+    text = ""
     try:
         while time.monotonic() < deadline:
             if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
                 continue
-            line = pipe.readline()
-            if not line:
+            chunk = os.read(fd, 65536)
+            if not chunk:
                 break
-            seen.append(line.rstrip())
-            if needle in line:
-                return line
+            text += chunk.decode(errors="replace")
+            for line in text.splitlines():
+                if needle in line:
+                    return line
     finally:
         selector.close()
-    pytest.fail(f"no {needle!r} from {process.args} within {timeout:g}s: {seen[-5:]}")
+    pytest.fail(f"no {needle!r} from {process.args} within {timeout:g}s: {text[-300:]!r}")
 
 
 @contextlib.contextmanager
