@@ -306,15 +306,14 @@ class IpsecControl:
         session.load_key({"type": kind, "data": key})
 
     def unload(self, name: str) -> None:
-        """Close the tunnel's SAs (telling the peer), then forget its connection and secret."""
+        """Forget the tunnel's connection and secret, then close its SAs (telling the peer): in
+        this order, a peer that starts again at once finds no stale configuration here."""
         try:
             with self.charon.session() as session:
-                with contextlib.suppress(CommandException):  # no SA: nothing to close
-                    for _ in session.terminate({"ike": name, "timeout": "2000"}):
-                        pass
                 session.unload_conn({"name": name})
                 with contextlib.suppress(CommandException):
                     session.unload_shared({"id": f"psk-{name}"})
+            self.close_sas(name)
         except (CommandException, SessionException, OSError) as error:
             LOG.info("ipsec: unloading %s: %s", name, error)
         with self._lock:
@@ -359,6 +358,15 @@ class IpsecControl:
                 session.rekey({"ike" if ike else "child": name})
         except (CommandException, SessionException) as error:
             raise IpsecError(f"tunnel {name}: rekey refused: {error}") from None
+
+    def close_sas(self, name: str) -> None:
+        """Close the tunnel's IKE SA (and its CHILD SAs), telling the peer; none is fine."""
+        try:
+            with self.charon.session() as session:
+                for _ in session.terminate({"ike": name, "timeout": "2000"}):
+                    pass
+        except (CommandException, SessionException, OSError) as error:
+            LOG.debug("ipsec: closing %s: %s", name, error)
 
     def terminate(self, name: str) -> None:
         try:

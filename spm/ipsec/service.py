@@ -213,10 +213,12 @@ class IpsecService:
         if self.charon.esp == "userspace":
             self._hold_lan_addresses(config)
         wanted = {str(t["name"]) for t in config.get("tunnels", [])}
-        # A new policy: close every tunnel and load it again (new keys, proposals, subnets take
-        # effect at once, not at the next rekey).
-        stale = set(self.control.tunnels) if self.active else set(self.control.tunnels) - wanted
-        for name in stale:
+        # A new policy: tunnels gone are unloaded; the others are loaded again (replacing their
+        # configuration and secret) and then their SAs closed, so that new keys, proposals and
+        # subnets take effect at once, not at the next rekey, and a peer that starts again at
+        # once meets the new configuration.
+        before = set(self.control.tunnels)
+        for name in before - wanted:
             self.control.unload(name)
         for tunnel in config.get("tunnels", []):
             name = str(tunnel["name"])
@@ -225,6 +227,8 @@ class IpsecService:
             except IpsecError as error:
                 LOG.error("ipsec spm %s: %s", self.config.name, error)
                 continue
+            if name in before:
+                self.control.close_sas(name)
             if tunnel.get("start", True):
                 self.control.initiate_async(name)
                 self.starts[name] = time.monotonic()
