@@ -311,6 +311,9 @@ def create_app(controller: Controller, token: str, console: Console | None = Non
 
     @app.post(f"{API}/ipsec/spm/{{name}}/status", summary="An IPsec SPM's tunnels (every second)")
     def ipsec_spm_status(name: str, report: dict[str, Any]) -> dict[str, Any]:
+        tunnels = report.get("tunnels")
+        if not isinstance(tunnels, list) or not all(isinstance(t, dict) for t in tunnels):
+            raise RequestError(422, "tunnels must be a list of objects")
         result: dict[str, Any] = call(lambda: controller.ipsec_report(name, report))
         return result
 

@@ -7,6 +7,7 @@ Prometheus."""
 from __future__ import annotations
 
 import ipaddress
+import json
 import shutil
 from pathlib import Path
 
@@ -162,3 +163,62 @@ def test_policy_without_ipsec_has_no_view(
 ) -> None:
     controller: Controller = make_controller(switch)
     assert controller.ipsec_status() == {"enabled": False, "tunnels": [], "spms": []}
+
+
+def test_api_and_cli(
+    switch: SwitchDouble,
+    make_controller: ControllerFactory,
+    ipsec_lab: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import argparse
+
+    import httpx
+
+    from controller.api import ApiServer
+    from controller.cli import register
+
+    controller: Controller = make_controller(switch, policy=ipsec_lab)
+    api = ApiServer(controller, "127.0.0.1", 0, "t0ken")
+    api.start()
+    try:
+        auth = {"Authorization": "Bearer t0ken"}
+        base = f"http://127.0.0.1:{api.port}/api/v1"
+        with httpx.Client(headers=auth, timeout=30) as client:
+            assert client.get(f"{base}/ipsec/spm/ipsec1/config").json()["active"] is True
+            assert client.get(f"{base}/ipsec/spm/nobody/config").status_code == 404
+            bad = client.post(f"{base}/ipsec/spm/ipsec1/status", json={"tunnels": 3})
+            assert bad.status_code == 422
+            report = {
+                "esp": "kernel",
+                "tunnels": [
+                    {
+                        "name": "site-b",
+                        "state": "down",
+                        "last_error": "authentication failed: the two gateways' pre-shared "
+                        "keys (or certificates) differ",
+                        "sas": [],
+                    }
+                ],
+            }
+            status = client.post(f"{base}/ipsec/spm/ipsec1/status", json=report)
+            assert status.json()["active"] is True
+            view = client.get(f"{base}/ipsec").json()
+            assert view["tunnels"][0]["last_error"].startswith("authentication failed")
+            assert "correct horse" not in json.dumps(view)
+        token = tmp_path / "token"
+        token.write_text("t0ken\n")
+        parser = argparse.ArgumentParser(prog="opengate")
+        register(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(
+            ["ipsec", "--api", f"http://127.0.0.1:{api.port}", "--token-file", str(token)]
+        )
+        assert args.handler(args) == 0
+        out = capsys.readouterr().out
+        assert "IPsec address 198.51.100.2, pool vpn: ipsec1 (active, ESP in kernel)" in out
+        assert "site-b: error: authentication failed" in out
+        row = next(line.split() for line in out.splitlines() if line.startswith("site-b "))
+        assert row[:5] == ["site-b", "198.51.100.3", "10.0.2.0/24,10.0.3.0/24", "down", "ipsec1"]
+    finally:
+        api.stop()
