@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.policy import Policy, SpmSpec, mac_text
-from opengate.ipsec import vici_connection, vici_secret
+from opengate.ipsec import vici_connection, vici_key, vici_secret
 
 # Reports older than this are shown as stale (the SPM stopped reporting).
 REPORT_STALE_S = 5.0
@@ -91,6 +91,7 @@ def spm_config(policy: Policy, weights: Mapping[str, int], name: str) -> dict[st
                     "remote_subnets": [str(n) for n in tunnel.remote_subnets],
                     "connection": vici_connection(tunnel, policy.ipsec.address),
                     "secret": vici_secret(tunnel, policy.ipsec.address),
+                    "key": vici_key(tunnel),
                 }
             )
     return out

@@ -388,10 +388,11 @@ def vici_connection(tunnel: TunnelSpec, local_address: ipaddress.IPv4Address) ->
         local_auth: dict[str, Any] = {"auth": "psk", "id": str(local_address)}
         remote_auth: dict[str, Any] = {"auth": "psk", "id": str(tunnel.peer)}
     else:
-        local_auth = {"auth": "pubkey", "certs": [tunnel.auth.certificate]}
+        # VICI takes the certificates themselves (PEM), not paths: the SPM may not have the files.
+        local_auth = {"auth": "pubkey", "certs": [Path(tunnel.auth.certificate).read_text()]}
         if tunnel.auth.local_id:
             local_auth["id"] = tunnel.auth.local_id
-        remote_auth = {"auth": "pubkey", "cacerts": [tunnel.auth.ca]}
+        remote_auth = {"auth": "pubkey", "cacerts": [Path(tunnel.auth.ca).read_text()]}
         if tunnel.auth.remote_id:
             remote_auth["id"] = tunnel.auth.remote_id
     child: dict[str, Any] = {
@@ -421,6 +422,13 @@ def vici_connection(tunnel: TunnelSpec, local_address: ipaddress.IPv4Address) ->
             "children": {tunnel.name: child},
         }
     }
+
+
+def vici_key(tunnel: TunnelSpec) -> dict[str, Any] | None:
+    """The `load-key` message of a certificate tunnel's private key (None for a PSK)."""
+    if not isinstance(tunnel.auth, CertAuth):
+        return None
+    return {"type": "any", "data": Path(tunnel.auth.private_key).read_text()}
 
 
 def vici_secret(tunnel: TunnelSpec, local_address: ipaddress.IPv4Address) -> dict[str, Any] | None:

@@ -18,12 +18,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from vici.exception import CommandException, SessionException
 
-from opengate.ipsec import CertAuth, TunnelSpec, vici_connection, vici_secret
+from opengate.ipsec import TunnelSpec, vici_connection, vici_key, vici_secret
 from spm.ipsec.charon import Charon
 
 LOG = logging.getLogger(__name__)
@@ -258,13 +257,12 @@ class IpsecControl:
 
     def load(self, tunnel: TunnelSpec, local_address: ipaddress.IPv4Address) -> None:
         """Load (or replace) a tunnel's secret/credentials and connection."""
-        certs = tunnel.auth if isinstance(tunnel.auth, CertAuth) else None
         self.load_messages(
             tunnel.name,
             vici_connection(tunnel, local_address),
             vici_secret(tunnel, local_address),
             tunnel.summary(),
-            certs,
+            vici_key(tunnel),
         )
 
     def load_messages(
@@ -273,7 +271,7 @@ class IpsecControl:
         connection: Mapping[str, Any],
         secret: Mapping[str, Any] | None,
         summary: Mapping[str, Any] | None = None,
-        certs: CertAuth | None = None,
+        key: Mapping[str, Any] | None = None,
     ) -> None:
         """Load a tunnel from its VICI messages (as the CPM hands them to an IPsec SPM)."""
         conn = connection.get(name)
@@ -281,8 +279,8 @@ class IpsecControl:
             raise IpsecError(f"tunnel {name}: the connection message has no {name!r}")
         try:
             with self.charon.session() as session:
-                if certs is not None:
-                    self._load_certs(session, certs)
+                if key is not None:  # a certificate tunnel's private key
+                    session.load_key(dict(key))
                 if secret is not None:
                     session.load_shared(dict(secret))
                 session.load_conn(dict(connection))
@@ -294,16 +292,6 @@ class IpsecControl:
             self._peers[name] = peers
             self._events.setdefault(name, _TunnelEvents())
         LOG.info("ipsec: loaded tunnel %s (peer %s)", name, ",".join(peers))
-
-    @staticmethod
-    def _load_certs(session: Any, auth: CertAuth) -> None:
-        session.load_cert({"type": "X509", "flag": "CA", "data": Path(auth.ca).read_bytes()})
-        session.load_cert(
-            {"type": "X509", "flag": "NONE", "data": Path(auth.certificate).read_bytes()}
-        )
-        key = Path(auth.private_key).read_bytes()
-        kind = "ecdsa" if b"EC PRIVATE" in key else "rsa" if b"RSA PRIVATE" in key else "any"
-        session.load_key({"type": kind, "data": key})
 
     def unload(self, name: str) -> None:
         """Forget the tunnel's connection and secret, then close its SAs (telling the peer): in

@@ -223,7 +223,9 @@ class IpsecService:
         for tunnel in config.get("tunnels", []):
             name = str(tunnel["name"])
             try:
-                self.control.load_messages(name, tunnel["connection"], tunnel.get("secret"))
+                self.control.load_messages(
+                    name, tunnel["connection"], tunnel.get("secret"), key=tunnel.get("key")
+                )
             except IpsecError as error:
                 LOG.error("ipsec spm %s: %s", self.config.name, error)
                 continue

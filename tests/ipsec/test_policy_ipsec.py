@@ -11,7 +11,14 @@ import pytest
 
 from controller.policy import load_policy
 from opengate.errors import ConfigError
-from opengate.ipsec import PskAuth, duration, tunnels_from_yaml, vici_connection, vici_secret
+from opengate.ipsec import (
+    PskAuth,
+    duration,
+    tunnels_from_yaml,
+    vici_connection,
+    vici_key,
+    vici_secret,
+)
 from opengate.target import repo_root
 from opengate.yamlconf import load_yaml_text
 
@@ -261,7 +268,7 @@ def test_psk_file_is_read_relative_to_the_policy(policy_file: Path) -> None:
 
 def test_certificate_auth_needs_its_files(tmp_path: Path) -> None:
     for name in ("me.pem", "me.key", "ca.pem"):
-        (tmp_path / name).write_text("-----BEGIN-----\n")
+        (tmp_path / name).write_text(f"-----BEGIN {name}-----\n")
     text = """
 - name: cert
   local_subnets: 10.1.0.0/16
@@ -272,12 +279,13 @@ def test_certificate_auth_needs_its_files(tmp_path: Path) -> None:
     path = tmp_path / "tunnels.yaml"
     (tunnel,) = tunnels_from_yaml(load_yaml_text(text, path), str(path))
     conn = vici_connection(tunnel, ipaddress.IPv4Address("192.0.2.1"))["cert"]
-    assert conn["local-1"] == {"auth": "pubkey", "certs": [str(tmp_path / "me.pem")]}
+    assert conn["local-1"] == {"auth": "pubkey", "certs": ["-----BEGIN me.pem-----\n"]}
     assert conn["remote-1"] == {
         "auth": "pubkey",
-        "cacerts": [str(tmp_path / "ca.pem")],
+        "cacerts": ["-----BEGIN ca.pem-----\n"],
         "id": "CN=peer",
     }
+    assert vici_key(tunnel) == {"type": "any", "data": "-----BEGIN me.key-----\n"}
     assert vici_secret(tunnel, ipaddress.IPv4Address("192.0.2.1")) is None
     with pytest.raises(ConfigError) as caught:
         tunnels_from_yaml(load_yaml_text(text.replace("ca.pem", "nope.pem"), path), str(path))
