@@ -2,8 +2,9 @@
 a file from site B's host through the IPsec tunnel, and the outside LAN carries only ESP for it
 (no inner address, no cleartext) while traffic outside the SPD stays clear; the state shows in
 `opengate ipsec`, the API and Prometheus; a rekey during a transfer loses nothing; a wrong PSK
-or a mismatched ESP proposal is explained; killing the active IPsec SPM moves the tunnel to the
-standby one within seconds. Real charon, real Mininet hosts, either switch."""
+or a mismatched ESP proposal is explained; the decrypted flows are inspected at site B; killing
+the active IPsec SPM moves the tunnel to the standby one within seconds. Real charon, real
+Mininet hosts, either switch."""
 
 from __future__ import annotations
 
@@ -295,6 +296,25 @@ def test_a_broken_peer_is_explained_at_both_sites(
     finally:
         _apply(vpn, "npmb", good)
     _up(vpn)
+
+
+def test_inner_flows_are_inspected_at_site_b(vpn: GatewayNetwork) -> None:
+    """Decrypted, site A's web flow to site B is a flow like any at site B: its class sends it
+    to the inspection SPM spmb, whose ClamAV stops the EICAR test file (a clean page passes)."""
+
+    def av_alerts() -> int:
+        alerts = vpn.api("GET", "/api/v1/alerts", npm="npmb")["alerts"]
+        return sum(1 for a in alerts if str(a.get("msg", "")).startswith("AV:"))
+
+    before = av_alerts()
+    page = vpn.run("ha", f"curl -sS --max-time 20 http://{HB}/index.html")
+    assert "OpenGate test server hb" in page.output, page.output
+    blocked = vpn.run("ha", f"curl -sS --max-time 8 http://{HB}/eicar.com -o /dev/null")
+    assert blocked.returncode != 0, "the EICAR file crossed the tunnel uninspected"
+    wait_for("site B's AV alert for the EICAR download", lambda: av_alerts() > before)
+    sessions = vpn.api("GET", "/api/v1/sessions", npm="npmb", params={"limit": 1000})
+    inspected = [s for s in sessions["sessions"] if s["src"] == "10.0.1.10" and s["dport"] == 80]
+    assert inspected and all(s["spm_port"] == 4 for s in inspected), inspected
 
 
 def test_killing_the_ipsec_spm_moves_the_tunnel(vpn: GatewayNetwork) -> None:
