@@ -37,7 +37,7 @@ class Side:
         self, *argv: str, check: bool = True, timeout: float = 60.0
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["ip", "netns", "exec", self.ns, *argv],
+            [*self.prefix, *argv],
             check=check,
             capture_output=True,
             text=True,
@@ -46,7 +46,7 @@ class Side:
 
     def popen(self, *argv: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            ["ip", "netns", "exec", self.ns, *argv],
+            [*self.prefix, *argv],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -56,7 +56,9 @@ class Side:
 
     @property
     def prefix(self) -> tuple[str, ...]:
-        return ("ip", "netns", "exec", self.ns)
+        # nsenter joins only the network namespace: `ip netns exec` also remounts / and /sys,
+        # which fails where / is not a mount point (CI in a chroot)
+        return ("nsenter", f"--net=/run/netns/{self.ns}")
 
 
 def _ip(*argv: str) -> None:

@@ -371,7 +371,7 @@ def test_drain_and_restore_an_spm_from_the_page(console: Console) -> None:
 
 def test_logout_ends_the_session(console: Console) -> None:
     console.open("")
-    console.find(".logout button").click()
+    console.wait("the log-out button", lambda d: console.find(".logout button")).click()
     console.wait("the login page", lambda d: "/console/login" in d.current_url)
     console.open("sessions")
     console.wait("a redirect to the login", lambda d: "/console/login" in d.current_url)
