@@ -39,6 +39,7 @@ a rule (ACL) or one direction of an IDS header rule (`<>` gives two terms with t
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import time
 from collections.abc import Callable, Container, Mapping, Sequence
@@ -176,6 +177,7 @@ def _normalized(fields: FieldValues) -> FieldValues | None:
     )
 
 
+@functools.lru_cache(maxsize=1 << 16)  # the hybrid compiles the same terms many times
 def _wild_flags(fields: FieldValues) -> tuple[bool, bool, bool, bool, bool]:
     return (
         is_any_addr(fields[0]),

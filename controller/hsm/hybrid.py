@@ -9,12 +9,18 @@ the result is still first-match linear search over every rule: HSM gives the fir
 the kept rules, the spill table the first among the spilled ones, and the earlier of the two is
 the first of all.
 
-Which rules: each rule is scored by how many cells of the cross products it can touch, the
-product over its four address and port fields of the number of elementary segments its values
-cover (nested prefixes, port intervals between the rule set's end points). The highest scores
-are spilled, as few as possible: the count doubles from a small start until HSM fits (a failing
-attempt stops at the first table that overflows, so it is quick), then a binary search between
-the last failure and the first success finds the smallest count that fits, within a time budget.
+Which rules: when a cross-product table overflows, by what each rule costs the tables
+(`controller.hsm.spill_cost`): a census of the rules kept credits each rule with the rows of the
+classes that merge when it leaves; the costliest are spilled in small batches, a new census after
+each, until the census says the tables fit, then a few seconds go to putting back what is not
+needed. That choice is compiled for real; if it does not fit (or a segment table overflowed),
+the static ranking takes over: each rule is scored by how many cells of the cross products it can
+touch, the product over its four address and port fields of the number of elementary segments
+its values cover (nested prefixes, port intervals between the rule set's end points), rules wide
+in both addresses first. The highest scores are spilled, as few as possible: the count doubles
+from a small start until HSM fits (a failing attempt stops at the first table that overflows, so
+it is quick), then a binary search between the last failure and the first success finds the
+smallest count that fits, within a time budget.
 """
 
 from __future__ import annotations
@@ -34,10 +40,12 @@ from controller.hsm.compile import (
     TableOverflow,
     acl_terms,
     compile_hsm,
+    default_limits,
     ids_terms,
 )
 from controller.hsm.naive import naive_entries
 from controller.hsm.rules import AclRule, IdsRule
+from controller.hsm.spill_cost import TableBudgets, choose_spill
 from controller.hsm.stats import table_stats
 from opengate.entries import Exact, TableEntry
 from opengate.fields import PortRange, Prefix, prefix_mask
@@ -89,6 +97,24 @@ def compile_hybrid(
     except TableOverflow as caught:
         first = caught
     terms = {schema.ACL_SIDE: acl_terms(acl), schema.IDS_SIDE: ids_terms(ids)}
+    if _side_of(first.table) is not None:  # a cross product overflowed, not a segment table
+        chosen = _chosen_by_cost(terms, budget, hsm_limits, shrink_seconds)
+        if chosen is not None:
+            try:
+                tables = compile_spilled(
+                    acl, ids, chosen, version=version, reuse=reuse, limits=budget, progress=progress
+                )
+            except TableOverflow as caught:
+                LOG.info("hybrid: the spill chosen by cost does not fit (%s)", caught)
+            else:
+                LOG.info(
+                    "hybrid: %d ACL and %d IDS rules spilled, chosen by cost (%s first), %.1fs",
+                    len(chosen.acl),
+                    len(chosen.ids),
+                    first.table,
+                    time.perf_counter() - started,
+                )
+                return replace_seconds(tables, time.perf_counter() - started)
     ranked = {side: _ranked(side_terms) for side, side_terms in terms.items()}
     # The most rules of each side (in ranked order) whose entries the spill table holds.
     sizes = {
@@ -177,6 +203,42 @@ def compile_hybrid(
         time.perf_counter() - started,
     )
     return found
+
+
+def _chosen_by_cost(
+    terms: Mapping[str, Sequence[MatchTerm]],
+    budget: Mapping[str, int],
+    hsm_limits: Mapping[str, int],
+    seconds: float,
+) -> SpillPlan | None:
+    """Per rule set, the spill `choose_spill` finds (None: it found none that fits)."""
+    chosen: dict[str, frozenset[int]] = {}
+    limits = {**default_limits(), **hsm_limits}
+    deadline = time.perf_counter() + seconds
+    for side, side_terms in terms.items():
+        chain = schema.CHAINS[side]
+        budgets = TableBudgets(
+            limits[chain.addr_pair], limits[chain.port_pair], limits[chain.final]
+        )
+        choice = choose_spill(
+            side_terms,
+            budgets,
+            budget[schema.SPILL_TABLES[side]],
+            seconds=max(0.0, deadline - time.perf_counter()),
+        )
+        LOG.debug(
+            "%s: %d rules spilled by cost, %d censuses", side, len(choice.spilled), choice.censuses
+        )
+        if choice.hopeless is not None:
+            level, needed, why = choice.hopeless
+            table = (chain.addr_pair, chain.port_pair, chain.final)[level]
+            raise TableOverflow(
+                table, needed, limits[table], note=f"{why}; the static ranking was not tried"
+            )
+        if not choice.fits:
+            return None
+        chosen[side] = frozenset(choice.spilled)
+    return SpillPlan(chosen[schema.ACL_SIDE], chosen[schema.IDS_SIDE])
 
 
 def compile_spilled(
