@@ -41,6 +41,7 @@ OpenGate commands, run against this topology's controller (the output of `openga
   sessions [--npm NPM] [--limit N] [--delete ID]   installed sessions
   alerts [--limit N]                              the latest SPM alerts
   spms                                            SPMs: status, weight, load
+  ipsec [NPM] [--sas]                             IPsec tunnels (NPM: that site's controller)
   status [--hsm]                                  NPMs, sessions, SPMs, policy version
   policy apply|diff FILE, policy show [--versions], policy validate FILE
 Each takes --json (the API's JSON) and -h (its options).
@@ -360,6 +361,15 @@ class GatewayCLI(CLI):  # type: ignore[misc]
     def do_spms(self, line: str) -> None:
         """SPMs: status, weight, load (opengate spms). Usage: spms [--json]"""
         self._opengate("spms", line)
+
+    def do_ipsec(self, line: str) -> None:
+        """IPsec tunnels: state, SAs, counters, last error (opengate ipsec).
+        Usage: ipsec [NPM] [--sas] [--json]; NPM picks that NPM's controller (a site of its own)"""
+        words = line.split(maxsplit=1)
+        if words and words[0] in {npm.name for npm in self.network.spec.npms}:
+            api = self.network.cpm_for(words[0]).api_address
+            line = f"--api http://{api} " + (words[1] if len(words) > 1 else "")
+        self._opengate("ipsec", line)
 
     def do_status(self, line: str) -> None:
         """The controller's status: NPMs, sessions, SPMs, policy (opengate status).
