@@ -17,6 +17,7 @@ import ipaddress
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,11 @@ DEFAULT_ELECTION_ID = 10
 TAKEOVER_RETRY_SECONDS = 2.0
 PROTO_NAMES = {"tcp": pc.IP_PROTO_TCP, "udp": pc.IP_PROTO_UDP, "icmp": pc.IP_PROTO_ICMP}
 DROP_ACTIONS = ("drop", "block", "reject", "sdrop")
+# A bypass request for a flow the CPM does not know yet (the data plane made its session and the
+# digest is still on its way) is kept this long, and at most this many, and applied when the
+# session is installed.
+EARLY_BYPASS_SECONDS = 5.0
+EARLY_BYPASS_KEPT = 4096
 
 
 class RequestError(Exception):
@@ -131,6 +137,7 @@ class Controller:
         self.policy_version: int | None = None
         self.pending_policy_record = False
         self.started_at = time.time()
+        self._early_bypass: OrderedDict[FlowKey, tuple[ev.BypassRequested, float]] = OrderedDict()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.spms: SpmPool | None = None
@@ -318,6 +325,7 @@ class Controller:
         bus.subscribe(ev.SpmUp, self._on_spm_up)
         bus.subscribe(ev.AlertReceived, self._on_alert)
         bus.subscribe(ev.BypassRequested, self._on_bypass)
+        bus.subscribe(ev.SessionsInstalled, self._on_sessions_installed)
         bus.subscribe(ev.SessionDeleteRequested, self._on_session_delete)
         bus.subscribe(ev.SessionBlockRequested, self._on_session_block)
         bus.subscribe(ev.SpmDrainRequested, self._on_spm_drain)
@@ -738,7 +746,44 @@ class Controller:
         assert self.sessions is not None and self.policy is not None
         session = self._find_flow(event.flow)
         if session is None:
-            raise RequestError(404, "no session for that flow")
+            # The data plane may have made the session, its digest not handled yet: keep the
+            # request for a while and apply it when the session is installed.
+            key = self._flow_key(event.flow)
+            early = self._early_bypass
+            early.pop(key, None)
+            early[key] = (event, time.monotonic())
+            while len(early) > EARLY_BYPASS_KEPT:
+                early.popitem(last=False)
+            return {"session": None, "bypassed": False, "pending": True}
+        return self._bypass(session, event)
+
+    def _on_sessions_installed(self, event: ev.SessionsInstalled) -> None:
+        """Apply the bypass requests that came before these sessions were known."""
+        early = self._early_bypass
+        if not early or self.sessions is None:
+            return
+        now = time.monotonic()
+        while early:  # expired first (oldest first)
+            _, (_, seen) = next(iter(early.items()))
+            if now - seen <= EARLY_BYPASS_SECONDS:
+                break
+            early.popitem(last=False)
+        for key in event.keys:
+            session = self.sessions.find(event.npm, key)
+            if session is None:
+                continue
+            for k in (session.key, session.reply):
+                for named in (k, (k[1], k[0], k[2], k[4], k[3])):
+                    item = early.pop(named, None)
+                    if item is None:
+                        continue
+                    try:
+                        self._bypass(session, item[0])
+                    except RequestError as refused:
+                        LOG.warning("session %d: bypass refused: %s", session.id, refused.message)
+
+    def _bypass(self, session: Session, event: ev.BypassRequested) -> dict[str, Any]:
+        assert self.sessions is not None and self.policy is not None
         spec = self.policy.class_by_id(session.class_id)
         if spec is None or not spec.bypass:
             name = spec.name if spec is not None else f"#{session.class_id}"
