@@ -61,11 +61,11 @@ DEFAULT_ELECTION_ID = 10
 TAKEOVER_RETRY_SECONDS = 2.0
 PROTO_NAMES = {"tcp": pc.IP_PROTO_TCP, "udp": pc.IP_PROTO_UDP, "icmp": pc.IP_PROTO_ICMP}
 DROP_ACTIONS = ("drop", "block", "reject", "sdrop")
-# A bypass request for a flow the CPM does not know yet (the data plane made its session and the
-# digest is still on its way) is kept this long, and at most this many, and applied when the
-# session is installed.
-EARLY_BYPASS_SECONDS = 5.0
-EARLY_BYPASS_KEPT = 4096
+# A bypass request or a drop alert for a flow the CPM does not know yet (the data plane made its
+# session and the digest is still on its way) is kept this long, and at most this many, and
+# applied when the session is installed. A block outranks a bypass of the same flow.
+EARLY_SECONDS = 5.0
+EARLY_KEPT = 4096
 
 
 class RequestError(Exception):
@@ -137,7 +137,8 @@ class Controller:
         self.policy_version: int | None = None
         self.pending_policy_record = False
         self.started_at = time.time()
-        self._early_bypass: OrderedDict[FlowKey, tuple[ev.BypassRequested, float]] = OrderedDict()
+        # flow as an SPM named it -> (the request: a bypass, or the SPM whose alert blocks it, time)
+        self._early: OrderedDict[FlowKey, tuple[ev.BypassRequested | str, float]] = OrderedDict()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.spms: SpmPool | None = None
@@ -725,6 +726,9 @@ class Controller:
             session_id=session.id if session is not None else None,
         )
         blocked = False
+        if action in DROP_ACTIONS and session is None and flow:
+            # its session may not be known yet (digest queued): blocked when it is installed
+            self._remember_early(self._flow_key(flow), event.spm)
         if action in DROP_ACTIONS and session is not None and session.state != BLOCKED:
             self.sessions.block(session)
             blocked = True
@@ -748,24 +752,29 @@ class Controller:
         if session is None:
             # The data plane may have made the session, its digest not handled yet: keep the
             # request for a while and apply it when the session is installed.
-            key = self._flow_key(event.flow)
-            early = self._early_bypass
-            early.pop(key, None)
-            early[key] = (event, time.monotonic())
-            while len(early) > EARLY_BYPASS_KEPT:
-                early.popitem(last=False)
+            self._remember_early(self._flow_key(event.flow), event)
             return {"session": None, "bypassed": False, "pending": True}
         return self._bypass(session, event)
 
+    def _remember_early(self, key: FlowKey, request: ev.BypassRequested | str) -> None:
+        early = self._early
+        previous = early.pop(key, None)
+        if previous is not None and isinstance(previous[0], str):
+            request = previous[0]  # blocked stays blocked
+        early[key] = (request, time.monotonic())
+        while len(early) > EARLY_KEPT:
+            early.popitem(last=False)
+
     def _on_sessions_installed(self, event: ev.SessionsInstalled) -> None:
-        """Apply the bypass requests that came before these sessions were known."""
-        early = self._early_bypass
+        """Apply the bypass requests and drop alerts that came before these sessions were
+        known."""
+        early = self._early
         if not early or self.sessions is None:
             return
         now = time.monotonic()
         while early:  # expired first (oldest first)
             _, (_, seen) = next(iter(early.items()))
-            if now - seen <= EARLY_BYPASS_SECONDS:
+            if now - seen <= EARLY_SECONDS:
                 break
             early.popitem(last=False)
         for key in event.keys:
@@ -777,8 +786,19 @@ class Controller:
                     item = early.pop(named, None)
                     if item is None:
                         continue
+                    request = item[0]
+                    if isinstance(request, str):
+                        if session.state != BLOCKED:
+                            self.sessions.block(session)
+                            LOG.warning(
+                                "SPM %s: drop alert before the session -> session %d blocked",
+                                request,
+                                session.id,
+                                extra={"spm": request},
+                            )
+                        continue
                     try:
-                        self._bypass(session, item[0])
+                        self._bypass(session, request)
                     except RequestError as refused:
                         LOG.warning("session %d: bypass refused: %s", session.id, refused.message)
 

@@ -149,6 +149,41 @@ def test_drop_alert_blocks_the_flow_and_is_stored(
     assert sessions[0]["state"] == "blocked"
 
 
+def test_a_drop_alert_before_the_digest_blocks_the_session_when_it_comes(
+    served: tuple[Controller, httpx.Client], switch: SwitchDouble
+) -> None:
+    """A drop alert for a flow whose session the CPM does not know yet blocks it once the
+    digest is handled; a bypass asked for the same flow afterwards does not undo it."""
+    controller, client = served
+    flow = key(H1, OUT1, pc.IP_PROTO_TCP, 40020, 5201)  # class 2 allows bypass
+    named = {"proto": "tcp", "src": H1, "dst": OUT1, "sport": 40020, "dport": 5201}
+    alert = {"sid": 1000001, "gid": 1, "rev": 1, "msg": "early", "action": "drop", "flow": named}
+    result = client.post("/api/v1/spm/spm1/alerts", json=alert).json()
+    assert (result["session"], result["blocked"]) == (None, False)
+    later = client.post("/api/v1/spm/spm1/bypass", json={"flow": named, "clean_bytes": 10**6})
+    assert later.json()["pending"] is True
+    switch.inject_digest(
+        pc.D_SESSION_REQUEST_T, [request(flow, ids_class=2, spm_port=3, spm_mac=SPM1_MAC)]
+    )
+
+    def state() -> str | None:
+        rows = client.get("/api/v1/sessions").json()["sessions"]
+        return next((r["state"] for r in rows if r["sport"] == 40020), None)
+
+    wait_until("the session blocked", lambda: state() == "blocked")
+    schema = controller.npms["npm1"].schema
+    wait_until(
+        "its entries blocking",
+        lambda: (
+            {
+                schema.actions.get_id(e.action.action.action_id).name
+                for e in switch.table_entries(pc.T_SESSION)
+            }
+            == {pc.A_SESSION_BLOCK}
+        ),
+    )
+
+
 def test_bypass_follows_the_class(
     served: tuple[Controller, httpx.Client], switch: SwitchDouble
 ) -> None:
