@@ -327,6 +327,13 @@ class IpsecControl:
             self._record_error(name, reason)
             raise IpsecError(f"tunnel {name}: {reason}") from None
         except (SessionException, OSError) as error:
+            # charon may be too slow to answer the call (a loaded machine) while its log has
+            # already said why the tunnel failed
+            known = diagnose(lines) or self.last_error(name)
+            if known:
+                raise IpsecError(
+                    f"tunnel {name}: {known} (charon did not answer in time)"
+                ) from None
             raise IpsecError(f"tunnel {name}: no answer from charon: {error}") from None
 
     def initiate_async(self, name: str) -> None:

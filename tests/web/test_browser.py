@@ -86,7 +86,11 @@ class Console:
         self.expected: list[re.Pattern[str]] = []
 
     def open(self, page: str) -> None:
-        self.driver.get(f"{self.base}/{page}")
+        url = f"{self.base}/{page}".rstrip("/")
+        for _ in range(3):  # a navigation may race a redirect still under way (seen under load)
+            self.driver.get(url)
+            if self.driver.current_url.split("?")[0].rstrip("/") == url:
+                return
 
     def find(self, css: str) -> Any:
         from selenium.webdriver.common.by import By
