@@ -11,16 +11,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import ipaddress
-import os
 import random
-import selectors
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +25,7 @@ import vici
 
 from opengate.target import repo_root
 from tests.helpers import skip_unless_tool, wait_for
+from tests.ipsec.netns import tcpdump
 from topo.net import GatewayNetwork
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -65,34 +62,10 @@ def vpn(two_sites: GatewayNetwork) -> GatewayNetwork:
     return two_sites
 
 
-@contextlib.contextmanager
-def capture(interface: str, path: Path) -> Iterator[Path]:
+def capture(interface: str, path: Path) -> contextlib.AbstractContextManager[Path]:
     """tcpdump on a root-namespace interface (an NPM's port), ready before the body runs."""
     skip_unless_tool("tcpdump", "the outside LAN is captured with tcpdump")
-    process = subprocess.Popen(
-        ["tcpdump", "-i", interface, "-n", "--immediate-mode", "-U", "-s", "0", "-w", str(path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        selector = selectors.DefaultSelector()
-        selector.register(process.stderr, selectors.EVENT_READ)  # type: ignore[arg-type]
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if selector.select(timeout=1) and "listening on" in process.stderr.readline():  # type: ignore[union-attr]
-                break
-        else:
-            pytest.fail("tcpdump did not start")
-        yield path
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGINT)
-        try:
-            process.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
+    return tcpdump((), interface, path)
 
 
 def _wire(path: Path) -> dict[str, int]:

@@ -132,11 +132,17 @@ def wait_line(process: subprocess.Popen[str], stream: str, needle: str, timeout:
 
 
 @contextlib.contextmanager
-def capture(side: Side, path: Path) -> Iterator[Path]:
-    """tcpdump on the side's outside veth into `path`, ready before the body runs; stopped by
-    its PID (SIGINT, so that it writes out what it has)."""
-    process = side.popen(
-        "tcpdump", "-i", side.veth, "-n", "--immediate-mode", "-U", "-s", "0", "-w", str(path)
+def tcpdump(prefix: Sequence[str], interface: str, path: Path) -> Iterator[Path]:
+    """tcpdump on `interface` (run behind `prefix`, e.g. a namespace's nsenter) into `path`,
+    ready before the body runs; stopped by its PID (SIGINT, so that it writes out what it
+    has)."""
+    argv = ["tcpdump", "-i", interface, "-n", "--immediate-mode", "-U", "-s", "0", "-w", str(path)]
+    process = subprocess.Popen(
+        [*prefix, *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         wait_line(process, "stderr", "listening on", 15.0)
@@ -149,6 +155,11 @@ def capture(side: Side, path: Path) -> Iterator[Path]:
         except subprocess.TimeoutExpired:
             os.kill(process.pid, signal.SIGKILL)
             process.communicate()
+
+
+def capture(side: Side, path: Path) -> contextlib.AbstractContextManager[Path]:
+    """tcpdump on the side's outside veth."""
+    return tcpdump(side.prefix, side.veth, path)
 
 
 SINK = """
