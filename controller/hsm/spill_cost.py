@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from controller.hsm.bits import iter_bits, truncate
@@ -195,16 +195,15 @@ def _pair(
     needed = 0
     alone: dict[int, int] = {}
     nproto = len(proto.sets) if proto is not None else 1
-    # a first look at a few rows says whether the table is far too big to build its classes
-    probe = max(1, nleft // PROBE_ROWS)
-    guess = probe * sum(candidates_of(left.sets[i]).bit_count() for i in range(0, nleft, probe))
-    if proto is None and guess > 2 * work_limit:
-        # one left class in `stride` is looked at, its entries counting for `stride` each (and
-        # crediting the few terms of their intersections)
-        stride = max(1, -(-guess // SAMPLE_WORK))
+
+    def sampled(stride: int, candidates_at: Callable[[int], int]) -> _Pair:
+        """One left class in `stride` is looked at, its entries counting for `stride` each (and
+        crediting the few terms of their intersections)."""
+        stride = max(1, stride)
+        needed = 0
         for i in range(0, nleft, stride):
             lbits = left.sets[i]
-            for j in iter_bits(candidates_of(lbits)):
+            for j in iter_bits(candidates_at(i)):
                 both = truncate(lbits & rsets[j], stop)
                 if both:
                     rows[i] += stride
@@ -212,21 +211,17 @@ def _pair(
                     needed += stride
                     _credit_few(both, stride, alone)
         return _Pair(needed, False, rows, cols, None, [], alone)
+
+    # a first look at a few rows says whether the table is far too big to build its classes
+    probe = max(1, nleft // PROBE_ROWS)
+    guess = probe * sum(candidates_of(left.sets[i]).bit_count() for i in range(0, nleft, probe))
+    if proto is None and guess > 2 * work_limit:
+        return sampled(-(-guess // SAMPLE_WORK), lambda i: candidates_of(left.sets[i]))
     candidates = [candidates_of(lbits) for lbits in left.sets]
     total = sum(c.bit_count() for c in candidates)
     if proto is None:
         if total > work_limit:
-            stride = max(1, -(-total // SAMPLE_WORK))
-            for i in range(0, nleft, stride):
-                lbits = left.sets[i]
-                for j in iter_bits(candidates[i]):
-                    both = truncate(lbits & rsets[j], stop)
-                    if both:
-                        rows[i] += stride
-                        cols[j] += stride
-                        needed += stride
-                        _credit_few(both, stride, alone)
-            return _Pair(needed, False, rows, cols, None, [], alone)
+            return sampled(-(-total // SAMPLE_WORK), candidates.__getitem__)
         out = _Classes(truncate(left.sets[0] & rsets[0], stop))
         uses = [0]
         for i, lbits in enumerate(left.sets):
