@@ -5,8 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 
+# Sets of at most this many bits are walked bit by bit (cheaper than text for wide sets).
+SPARSE = 8
+
+
 def iter_bits(value: int) -> Iterator[int]:
     """Positions of the set bits, lowest first."""
+    if value.bit_count() <= SPARSE:
+        # a few bits of a wide set: peel them off rather than write the whole set out as text
+        while value:
+            low = value & -value
+            yield low.bit_length() - 1
+            value ^= low
+        return
     text = bin(value)[:1:-1]  # least significant bit first, without '0b'
     pos = text.find("1")
     while pos >= 0:

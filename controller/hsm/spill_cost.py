@@ -46,9 +46,6 @@ LOG = logging.getLogger(__name__)
 WORK_LIMIT = 1_500_000
 # Intersections a census computes to estimate a table over WORK_LIMIT.
 SAMPLE_WORK = 300_000
-# The final table is counted exactly up to this many times WORK_LIMIT cells (near its budget, an
-# estimate would have to stay well under it).
-FINAL_WORK_SHARE = 4
 # Rules spilled per census at most, as a share of the rules (smaller: better choices, slower).
 BATCH_SHARE = 0.01
 # Seconds the putting back may take at most.
@@ -194,7 +191,6 @@ def _pair(
     rsets = right.sets
     needed = 0
     alone: dict[int, int] = {}
-    nproto = len(proto.sets) if proto is not None else 1
 
     def sampled(stride: int, candidates_at: Callable[[int], int]) -> _Pair:
         """One left class in `stride` is looked at, its entries counting for `stride` each (and
@@ -212,54 +208,109 @@ def _pair(
                     _credit_few(both, stride, alone)
         return _Pair(needed, False, rows, cols, None, [], alone)
 
+    if proto is not None:
+        needed = _final(left.sets, rsets, proto.sets, where, rows, cols, alone)
+        return _Pair(needed, True, rows, cols, None, [], alone)
     # a first look at a few rows says whether the table is far too big to build its classes
     probe = max(1, nleft // PROBE_ROWS)
     guess = probe * sum(candidates_of(left.sets[i]).bit_count() for i in range(0, nleft, probe))
-    if proto is None and guess > 2 * work_limit:
+    if guess > 2 * work_limit:
         return sampled(-(-guess // SAMPLE_WORK), lambda i: candidates_of(left.sets[i]))
     candidates = [candidates_of(lbits) for lbits in left.sets]
     total = sum(c.bit_count() for c in candidates)
-    if proto is None:
-        if total > work_limit:
-            return sampled(-(-total // SAMPLE_WORK), candidates.__getitem__)
-        out = _Classes(truncate(left.sets[0] & rsets[0], stop))
-        uses = [0]
-        for i, lbits in enumerate(left.sets):
-            for j in iter_bits(candidates[i]):
-                both = truncate(lbits & rsets[j], stop)
-                k = out.add(both)
-                if k:
-                    _credit_few(both, 1, alone)
-                    if k == len(uses):
-                        uses.append(0)
-                    uses[k] += 1
-                    rows[i] += 1
-                    cols[j] += 1
-                    needed += 1
-        return _Pair(needed, True, rows, cols, out, uses, alone)
-    # The final table: every pair sharing a term is an entry per protocol class it meets. Above
-    # the work limit, one pair in `stride` is looked at and counts for `stride`.
-    stride = max(1, -(-total * nproto // (FINAL_WORK_SHARE * work_limit)))
-    xsets = proto.sets
-    seen = 0
+    if total > work_limit:
+        return sampled(-(-total // SAMPLE_WORK), candidates.__getitem__)
+    out = _Classes(truncate(left.sets[0] & rsets[0], stop))
+    uses = [0]
     for i, lbits in enumerate(left.sets):
         for j in iter_bits(candidates[i]):
-            seen += 1
-            if seen % stride:
+            both = truncate(lbits & rsets[j], stop)
+            k = out.add(both)
+            if k:
+                _credit_few(both, 1, alone)
+                if k == len(uses):
+                    uses.append(0)
+                uses[k] += 1
+                rows[i] += 1
+                cols[j] += 1
+                needed += 1
+    return _Pair(needed, True, rows, cols, out, uses, alone)
+
+
+def _final(
+    lsets: Sequence[int],
+    rsets: Sequence[int],
+    xsets: Sequence[int],
+    where: dict[int, int],
+    rows: list[int],
+    cols: list[int],
+    alone: dict[int, int],
+) -> int:
+    """The final table, counted exactly without visiting its cells: an entry per address class,
+    port class and protocol class that share a term. Per address class and protocol class, the
+    port classes it meets are the union of where its terms are (`where`: term -> port classes),
+    and the few thousand distinct intersections are each looked at once; the port classes' side
+    is counted the other way round. Fills `rows` and `cols` (entries per address and port class)
+    and `alone` (term -> entries where it is the only rule), and returns the entries."""
+    met: dict[int, int] = {}  # address class & protocol class -> port classes it meets
+    times: dict[int, int] = {}  # how many (address class, protocol class) give that set
+    for i, lbits in enumerate(lsets):
+        for xbits in xsets:
+            v = lbits & xbits
+            if not v:
                 continue
-            both = lbits & rsets[j]
-            cells = 0
-            for xbits in xsets:
-                hit = both & xbits
-                if hit:
-                    cells += stride
-                    if hit & (hit - 1) == 0:
-                        t = hit.bit_length() - 1
-                        alone[t] = alone.get(t, 0) + stride
-            rows[i] += cells
-            cols[j] += cells
-            needed += cells
-    return _Pair(needed, stride == 1, rows, cols, None, [], alone)
+            found = met.get(v)
+            if found is None:
+                found = 0
+                for t in iter_bits(v):
+                    found |= where.get(t, 0)
+                met[v] = found
+            times[v] = times.get(v, 0) + 1
+            rows[i] += found.bit_count()
+    for v, count in times.items():
+        # the port classes that hold exactly one of v's terms: that term alone makes the entry
+        once = twice = 0
+        for t in iter_bits(v):
+            w = where.get(t, 0)
+            twice |= once & w
+            once |= w
+        single = once & ~twice
+        if single:
+            for t in iter_bits(v):
+                cells = (where.get(t, 0) & single).bit_count()
+                if cells:
+                    alone[t] = alone.get(t, 0) + count * cells
+    where_left = _containment_wide(lsets)
+    met_left: dict[int, int] = {}
+    for j, rbits in enumerate(rsets):
+        for xbits in xsets:
+            u = rbits & xbits
+            if not u:
+                continue
+            found = met_left.get(u)
+            if found is None:
+                found = 0
+                for t in iter_bits(u):
+                    found |= where_left.get(t, 0)
+                found = found.bit_count()
+                met_left[u] = found
+            cols[j] += found
+    return sum(rows)
+
+
+def _containment_wide(sets: Sequence[int]) -> dict[int, int]:
+    """`_containment` for many sets: term -> bitset of the sets holding it, built as bytes (an
+    int grown bit by bit would be copied at every bit)."""
+    members: dict[int, bytearray] = {}
+    size = (len(sets) + 7) // 8
+    for index, bits in enumerate(sets):
+        byte, flag = index >> 3, 1 << (index & 7)
+        for term in iter_bits(bits):
+            row = members.get(term)
+            if row is None:
+                row = members[term] = bytearray(size)
+            row[byte] |= flag
+    return {term: int.from_bytes(row, "little") for term, row in members.items()}
 
 
 def _credit_few(both: int, entries: int, credit: dict[int, int]) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.hsm import schema
-from opengate.entries import Exact, Lpm, Range, TableEntry, Ternary
+from opengate.entries import Lpm, Range, TableEntry, Ternary
 
 _PARAM_BITS = {
     "acl_index": schema.SEG_INDEX_BITS,
@@ -32,21 +32,37 @@ _MULTI_ACTION_TABLES = {schema.ACL_CHAIN.final, schema.ACL_NAIVE}
 
 
 def entry_bits(entry: TableEntry) -> int:
+    """Bits of one entry: its key (a mask per ternary or range field, a prefix length per LPM
+    field), its action's parameters, an action id where a table has several, a priority for
+    ternary and range keys. The same for every entry of one shape, so counted once per shape."""
+    shape = (
+        entry.table,
+        tuple((name, value.__class__) for name, value in entry.match),
+        tuple(name for name, _ in entry.params),
+    )
+    bits = _SHAPE_BITS.get(shape)
+    if bits is None:
+        bits = _SHAPE_BITS[shape] = _shape_bits(*shape)
+    return bits
+
+
+_SHAPE_BITS: dict[tuple[str, tuple[tuple[str, type], ...], tuple[str, ...]], int] = {}
+
+
+def _shape_bits(table: str, match: tuple[tuple[str, type], ...], params: tuple[str, ...]) -> int:
     bits = 0
     ranged = False
-    for name, value in entry.match:
-        width = _key_width(entry.table, name, value)
-        if isinstance(value, Exact):
-            bits += width
-        elif isinstance(value, Lpm):
+    for name, kind in match:
+        width = _key_width(table, name)
+        if kind is Lpm:
             bits += width + 8
-        elif isinstance(value, (Ternary, Range)):
+        elif kind is Ternary or kind is Range:
             bits += 2 * width
             ranged = True
         else:
             bits += width
-    bits += sum(_PARAM_BITS.get(name, 32) for name, _ in entry.params)
-    if entry.table in _MULTI_ACTION_TABLES:
+    bits += sum(_PARAM_BITS.get(name, 32) for name in params)
+    if table in _MULTI_ACTION_TABLES:
         bits += 8
     if ranged:
         bits += 32
@@ -57,7 +73,7 @@ def entry_bytes(entry: TableEntry) -> int:
     return (entry_bits(entry) + 7) // 8
 
 
-def _key_width(table: str, name: str, value: object) -> int:
+def _key_width(table: str, name: str) -> int:
     if name == schema.VERSION_KEY:
         return 1
     if name in ("ipv4_src", "ipv4_dst"):

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.hsm import schema
-from controller.hsm.compile import acl_terms, compile_hsm
+from controller.hsm.compile import _containment, acl_terms, compile_hsm
 from controller.hsm.hybrid import SpillPlan, compile_spilled
 from controller.hsm.rules import AclRule, parse_classbench
-from controller.hsm.spill_cost import TableBudgets, choose_spill, take_census
+from controller.hsm.spill_cost import TableBudgets, _final, choose_spill, take_census
 from controller.hsm.tables import compile_tables
 
 from .conftest import acl_rules
@@ -70,3 +70,36 @@ def test_the_spill_chosen_by_cost_is_smaller_than_the_static_rankings(
     stats = compile_tables(acl, [], fallback=False).stats
     print(f"{name}: {stats.acl_spilled} of {len(acl)} rules spilled")
     assert 0 < stats.acl_spilled < STATIC_RANKING_SPILLED[name]
+
+
+def _final_by_cells(
+    lsets: list[int], rsets: list[int], xsets: list[int]
+) -> tuple[list[int], list[int], dict[int, int]]:
+    """The final table's rows, columns and lone-term cells, one cell at a time."""
+    rows, cols, alone = [0] * len(lsets), [0] * len(rsets), {}
+    for i, lbits in enumerate(lsets):
+        for j, rbits in enumerate(rsets):
+            for xbits in xsets:
+                hit = lbits & rbits & xbits
+                if hit:
+                    rows[i] += 1
+                    cols[j] += 1
+                    if hit.bit_count() == 1:
+                        t = hit.bit_length() - 1
+                        alone[t] = alone.get(t, 0) + 1
+    return rows, cols, alone
+
+
+bitsets = st.lists(st.integers(0, (1 << 24) - 1), min_size=1, max_size=12)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(lsets=bitsets, rsets=bitsets, xsets=bitsets)
+def test_the_final_table_counted_by_term_matches_a_count_by_cell(
+    lsets: list[int], rsets: list[int], xsets: list[int]
+) -> None:
+    rows, cols, alone = [0] * len(lsets), [0] * len(rsets), {}
+    needed = _final(lsets, rsets, xsets, _containment(rsets), rows, cols, alone)
+    want_rows, want_cols, want_alone = _final_by_cells(lsets, rsets, xsets)
+    assert (rows, cols, alone) == (want_rows, want_cols, want_alone)
+    assert needed == sum(want_rows) == sum(want_cols)
