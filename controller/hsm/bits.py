@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-
 # Sets of at most this many bits are walked bit by bit (cheaper than text for wide sets).
 SPARSE = 8
 

@@ -19,8 +19,11 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Never, TextIO
 
+from google.protobuf import text_format
+from google.protobuf.message import DecodeError
 from tqdm import tqdm
 
 from controller.hsm import schema
@@ -33,6 +36,7 @@ from controller.hsm.tables import compile_tables
 from opengate.entries import Exact, Lpm, MatchValue, Range, TableEntry, Ternary
 from opengate.errors import ConfigError
 from opengate.fields import Packet
+from opengate.p4info import P4Schema
 from opengate.snort.header import SnortVariables, parse_assignment
 
 LOG = logging.getLogger(__name__)
@@ -51,6 +55,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     compile_parser.add_argument(
         "--output", metavar="FILE", help="write the entries as JSON lines ('-': stdout)"
+    )
+    compile_parser.add_argument(
+        "--p4info",
+        metavar="FILE",
+        help="the table sizes of this build's P4Info instead of the v1model build's (e.g. "
+        "p4src/build/tofino/tofino2-default.p4info.txtpb); a spill table it lacks takes no rules",
     )
     compile_parser.set_defaults(handler=run_compile)
 
@@ -162,13 +172,43 @@ def _progress() -> Iterator[Progress]:
 
 
 def _compile(args: argparse.Namespace, inputs: _Inputs) -> CompiledTables:
+    limits, hybrid = None, True
+    if getattr(args, "p4info", None):
+        limits = limits_from_p4info(Path(args.p4info))
+        spill = schema.SPILL_TABLES.values()
+        hybrid = any(t in limits for t in spill)
+        limits = {**{t: 0 for t in spill}, **limits}
     with _progress() as progress:
         try:
             return compile_tables(
-                inputs.acl, inputs.ids, fallback=not args.no_fallback, progress=progress
+                inputs.acl,
+                inputs.ids,
+                fallback=not args.no_fallback,
+                limits=limits,
+                hybrid=hybrid,
+                progress=progress,
             )
         except TableOverflow as overflow:
             raise ConfigError(f"the rule sets do not fit the tables: {overflow}") from None
+
+
+def limits_from_p4info(path: Path) -> dict[str, int]:
+    """Entries per bank (half the size) of the classification tables a P4Info declares; bf-p4c
+    names its tables `pipe.<name>`."""
+    try:
+        info = P4Schema.load(path).p4info
+    except (OSError, UnicodeDecodeError, text_format.ParseError, DecodeError) as exc:
+        raise ConfigError(f"--p4info {path}: {exc}") from None
+    wanted = {*schema.HSM_TABLES, *schema.SPILL_TABLES.values(), schema.ACL_NAIVE, schema.IDS_NAIVE}
+    limits: dict[str, int] = {}
+    for table in info.tables:
+        name = table.preamble.name.rpartition(".")[2]
+        if name in wanted:
+            limits[name] = table.size // 2
+    missing = [t for t in schema.HSM_TABLES if t not in limits]
+    if missing and not (schema.ACL_NAIVE in limits and schema.IDS_NAIVE in limits):
+        raise ConfigError(f"--p4info {path}: no HSM tables ({', '.join(missing)}) nor naive ones")
+    return limits
 
 
 def run_compile(args: argparse.Namespace) -> int:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
 
+from controller.hsm import schema
+from controller.hsm.cli import limits_from_p4info
 from opengate.cli import main
 from opengate.fields import Packet
 
@@ -120,3 +123,37 @@ def test_variables_from_the_command_line(
     code, out, _ = _run(argv, capsys, "8.8.8.8 10.1.1.1 1 80 6\n10.2.2.2 10.1.1.1 1 80 6\n",
                         monkeypatch)  # fmt: skip
     assert code == 0 and out.splitlines() == ["0 1", "0 0"]
+
+
+TOFINO_P4INFO = Path(__file__).parents[2] / "p4src/build/tofino/tofino-default.p4info.txtpb"
+
+
+def test_compile_against_the_table_sizes_of_another_build(
+    classbench_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--p4info`: the Tofino build's tables are smaller (bf-p4c names them `pipe.<name>`); a
+    rule set HSM fits on v1model overflows them, and the error gives the Tofino budget."""
+    limits = limits_from_p4info(TOFINO_P4INFO)
+    assert limits[schema.ACL_CHAIN.addr_pair] == TNA_SIZES["ACL_ADDR_PAIR_TABLE_SIZE"] // 2
+    rules = str(classbench_dir / "acl1_1k")
+    assert _run(["hsm", "compile", rules, "--no-fallback"], capsys)[0] == 0
+    argv = ["hsm", "compile", rules, "--no-fallback", "--p4info", str(TOFINO_P4INFO)]
+    code, _, err = _run(argv, capsys)
+    budget = TNA_SIZES["ACL_ADDR_PAIR_TABLE_SIZE"] // 2
+    assert code == 2 and f"acl_addr_pair needs at least 16390 entries, budget is {budget}" in err
+    code, out, _ = _run([*argv, "--acl-limit", "100", "--stats"], capsys)
+    assert code == 0 and "profile: hsm" in out
+    broken = tmp_path / "broken.txtpb"
+    broken.write_text("tables { preamble { name: ")
+    code, _, err = _run(["hsm", "compile", rules, "--p4info", str(broken)], capsys)
+    assert code == 2 and f"--p4info {broken}:" in err
+
+
+TNA_SIZES = {
+    name: int(size)
+    for name, size in re.findall(
+        r"^#define (\w+_TABLE_SIZE)\s+(\d+)$",
+        (Path(__file__).parents[2] / "p4src/include/arch/tna_sizes.p4").read_text(),
+        re.MULTILINE,
+    )
+}

@@ -76,7 +76,8 @@ def _final_by_cells(
     lsets: list[int], rsets: list[int], xsets: list[int]
 ) -> tuple[list[int], list[int], dict[int, int]]:
     """The final table's rows, columns and lone-term cells, one cell at a time."""
-    rows, cols, alone = [0] * len(lsets), [0] * len(rsets), {}
+    rows, cols = [0] * len(lsets), [0] * len(rsets)
+    alone: dict[int, int] = {}
     for i, lbits in enumerate(lsets):
         for j, rbits in enumerate(rsets):
             for xbits in xsets:
@@ -98,7 +99,8 @@ bitsets = st.lists(st.integers(0, (1 << 24) - 1), min_size=1, max_size=12)
 def test_the_final_table_counted_by_term_matches_a_count_by_cell(
     lsets: list[int], rsets: list[int], xsets: list[int]
 ) -> None:
-    rows, cols, alone = [0] * len(lsets), [0] * len(rsets), {}
+    rows, cols = [0] * len(lsets), [0] * len(rsets)
+    alone: dict[int, int] = {}
     needed = _final(lsets, rsets, xsets, _containment(rsets), rows, cols, alone)
     want_rows, want_cols, want_alone = _final_by_cells(lsets, rsets, xsets)
     assert (rows, cols, alone) == (want_rows, want_cols, want_alone)
