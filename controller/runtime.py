@@ -758,6 +758,7 @@ class Controller:
 
     def _remember_early(self, key: FlowKey, request: ev.BypassRequested | str) -> None:
         early = self._early
+        key = _early_name(key)
         previous = early.pop(key, None)
         if previous is not None and isinstance(previous[0], str):
             request = previous[0]  # blocked stays blocked
@@ -783,7 +784,7 @@ class Controller:
                 continue
             for k in (session.key, session.reply):
                 for named in (k, (k[1], k[0], k[2], k[4], k[3])):
-                    item = early.pop(named, None)
+                    item = early.pop(_early_name(named), None)
                     if item is None:
                         continue
                     request = item[0]
@@ -918,3 +919,12 @@ class Controller:
                 ),
             }
         return out
+
+
+def _early_name(key: FlowKey) -> FlowKey:
+    """How an early request is filed: by its 5-tuple, but an ICMP flow by its addresses alone
+    (an SPM names it by type and code, the session by the echo identifier; `find_flow` matches
+    it the same way)."""
+    if key[2] == pc.IP_PROTO_ICMP:
+        return (key[0], key[1], key[2], 0, 0)
+    return key

@@ -184,6 +184,28 @@ def test_a_drop_alert_before_the_digest_blocks_the_session_when_it_comes(
     )
 
 
+def test_an_early_drop_alert_for_a_ping_blocks_its_session(
+    served: tuple[Controller, httpx.Client], switch: SwitchDouble
+) -> None:
+    """An SPM names an ICMP flow by type and code, the session by the echo identifier: an early
+    drop alert still finds the session when its digest comes."""
+    _, client = served
+    echo = key(H1, OUT1, pc.IP_PROTO_ICMP, 0x2222, 0)
+    named = {"proto": "icmp", "src": H1, "dst": OUT1, "sport": 8, "dport": 0}
+    alert = {"sid": 1000002, "gid": 1, "rev": 1, "msg": "ping", "action": "drop", "flow": named}
+    result = client.post("/api/v1/spm/spm1/alerts", json=alert).json()
+    assert (result["session"], result["blocked"]) == (None, False)
+    switch.inject_digest(
+        pc.D_SESSION_REQUEST_T, [request(echo, ids_class=1, spm_port=3, spm_mac=SPM1_MAC)]
+    )
+
+    def state() -> str | None:
+        rows = client.get("/api/v1/sessions").json()["sessions"]
+        return next((r["state"] for r in rows if r["proto"] in (1, "icmp")), None)
+
+    wait_until("the ping's session blocked", lambda: state() == "blocked")
+
+
 def test_bypass_follows_the_class(
     served: tuple[Controller, httpx.Client], switch: SwitchDouble
 ) -> None:
