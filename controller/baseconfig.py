@@ -114,10 +114,12 @@ def desired_base(
     tag_base: int,
     weights: Mapping[str, int],
     available: Container[str] | None = None,
+    ipsec_holder: str | None = None,
 ) -> BaseConfig:
     """The base configuration. `weights`: SPM name -> current weight (0 or absent: out).
     `available`: the tables and meters the NPM's program has (None: all of them); the TNA build
-    has no data-plane sessions, hence no flow_ageing."""
+    has no data-plane sessions, hence no flow_ageing. `ipsec_holder`: the IPsec SPM that holds
+    the tunnels now (`controller.ipsec.active_spm`)."""
     out = BaseConfig()
 
     def has(name: str) -> bool:
@@ -178,7 +180,7 @@ def desired_base(
             )
         )
     # IPsec (controller.ipsec): remote subnets and the IKE/ESP address to the active IPsec SPM.
-    for ipsec_route in ipsec_routes(policy, weights):
+    for ipsec_route in ipsec_routes(policy, weights, ipsec_holder):
         prefix = ipsec_route.prefix
         out.add(
             TableEntry.make(

@@ -14,8 +14,9 @@ sent, tagged, to resume its chain; an IPsec SPM returns another packet, ESP or t
 The active IPsec SPM is the first of the policy's `ipsec.pool` that is up (weights from the
 load reports, as for any SPM); when it goes down, the next one up gets the routes, and on its
 next poll of its configuration learns that it is active: it takes the address and brings the
-tunnels up again (new IKE and CHILD SAs). With none up, the routes stay on the first one, so
-tunnel traffic is dropped rather than sent out in the clear.
+tunnels up again (new IKE and CHILD SAs). It keeps them when the first comes back. With none
+up, the routes stay on the first one, so tunnel traffic is dropped rather than sent out in the
+clear.
 """
 
 from __future__ import annotations
@@ -41,22 +42,30 @@ class IpsecRoute:
     mac: int
 
 
-def active_spm(policy: Policy, weights: Mapping[str, int]) -> tuple[SpmSpec | None, bool]:
-    """The IPsec SPM that holds the tunnels, and whether it is up. With none up: the pool's
-    first, not up (its routes blackhole tunnel traffic instead of leaking it)."""
+def active_spm(
+    policy: Policy, weights: Mapping[str, int], holder: str | None = None
+) -> tuple[SpmSpec | None, bool]:
+    """The IPsec SPM that holds the tunnels, and whether it is up: `holder` (the one that holds
+    them now) while it is up and in the pool, so that an SPM coming back does not take them back
+    (a move costs new SAs); else the pool's first that is up. With none up: the pool's first, not
+    up (its routes blackhole tunnel traffic instead of leaking it)."""
     if policy.ipsec is None:
         return None, False
     names = policy.pool(policy.ipsec.pool).spms
+    if holder in names and weights.get(holder, 0) > 0:
+        return policy.spm_by_name(holder), True
     for name in names:
         if weights.get(name, 0) > 0:
             return policy.spm_by_name(name), True
     return (policy.spm_by_name(names[0]) if names else None), False
 
 
-def ipsec_routes(policy: Policy, weights: Mapping[str, int]) -> list[IpsecRoute]:
+def ipsec_routes(
+    policy: Policy, weights: Mapping[str, int], holder: str | None = None
+) -> list[IpsecRoute]:
     """The NPM routes of the IPsec service: remote subnets and the IPsec address, to the active
     IPsec SPM."""
-    spm, _ = active_spm(policy, weights)
+    spm, _ = active_spm(policy, weights, holder)
     if policy.ipsec is None or spm is None:
         return []
     prefixes = [ipaddress.IPv4Network(f"{policy.ipsec.address}/32")]
@@ -65,12 +74,14 @@ def ipsec_routes(policy: Policy, weights: Mapping[str, int]) -> list[IpsecRoute]
     return [IpsecRoute(p, spm.port, spm.mac) for p in prefixes]
 
 
-def spm_config(policy: Policy, weights: Mapping[str, int], name: str) -> dict[str, Any]:
+def spm_config(
+    policy: Policy, weights: Mapping[str, int], name: str, holder: str | None = None
+) -> dict[str, Any]:
     """What IPsec SPM `name` polls: whether it is active, and if so the address to hold and the
     tunnels to load (VICI messages, PSKs included: this goes over the token-protected API)."""
     if policy.ipsec is None or name not in policy.pool(policy.ipsec.pool).spms:
         return {"name": name, "ipsec": False, "active": False}
-    spm, up = active_spm(policy, weights)
+    spm, up = active_spm(policy, weights, holder)
     active = spm is not None and spm.name == name and up
     npm_mac = next((p.mac for p in policy.ports if p.mac is not None), 0)
     out: dict[str, Any] = {
@@ -114,13 +125,16 @@ class IpsecReports:
 
 
 def ipsec_view(
-    policy: Policy | None, weights: Mapping[str, int], reports: IpsecReports
+    policy: Policy | None,
+    weights: Mapping[str, int],
+    reports: IpsecReports,
+    holder: str | None = None,
 ) -> dict[str, Any]:
     """GET /api/v1/ipsec: the tunnels as configured, the active SPM, and each tunnel's state,
     SAs and counters from the active SPM's latest report."""
     if policy is None or policy.ipsec is None:
         return {"enabled": False, "tunnels": [], "spms": []}
-    spm, up = active_spm(policy, weights)
+    spm, up = active_spm(policy, weights, holder)
     now = time.monotonic()
     spms = []
     for name in policy.pool(policy.ipsec.pool).spms:

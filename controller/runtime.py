@@ -42,7 +42,7 @@ from controller.classifier import summary as classifier_summary
 from controller.db import Database, DbWriter
 from controller.hsm import schema
 from controller.hsm.compile import CompiledTables, TableOverflow
-from controller.ipsec import IpsecReports, ipsec_view, spm_config
+from controller.ipsec import IpsecReports, active_spm, ipsec_view, spm_config
 from controller.metrics import Metrics
 from controller.npm import NpmAddress, NpmConnection, Pipeline
 from controller.policy import Policy, load_policy
@@ -144,6 +144,7 @@ class Controller:
         self.spms: SpmPool | None = None
         self.sessions: SessionManager | None = None
         self.ipsec_reports = IpsecReports()
+        self._ipsec_holder: str | None = None  # the IPsec SPM that holds the tunnels
 
     # -- start and stop ----------------------------------------------------------------------
 
@@ -427,8 +428,13 @@ class Controller:
                 raise RequestError(
                     422, f"the rules do not fit the classifier: {overflow}"
                 ) from None
+        weights = self._weights_for(policy)
         desired = desired_base(
-            policy, state.tag_base, self._weights_for(policy), state.conn.available
+            policy,
+            state.tag_base,
+            weights,
+            state.conn.available,
+            self._ipsec_hold(policy, weights),
         )
         diff = diff_base(state.base or BaseConfig(), desired)
         flip_extra: list[TableEntry] = []
@@ -576,8 +582,13 @@ class Controller:
         """Write the selector groups that changed (weights, members up or down)."""
         assert self.policy is not None
         for state in self._primaries():
+            weights = self._weights_for(self.policy)
             desired = desired_base(
-                self.policy, state.tag_base, self._weights_for(self.policy), state.conn.available
+                self.policy,
+                state.tag_base,
+                weights,
+                state.conn.available,
+                self._ipsec_hold(self.policy, weights),
             )
             current = state.base or BaseConfig()
             diff = diff_base(current, desired)
@@ -644,13 +655,26 @@ class Controller:
         """SPM name -> weight, 0 for SPMs that are down (what picks the active IPsec SPM)."""
         return dict(self.spms.weights()) if self.spms is not None else {}
 
+    def _ipsec_hold(self, policy: Policy | None, weights: Mapping[str, int]) -> str | None:
+        """The IPsec SPM that holds the tunnels: the one that holds them now while it is up,
+        else the pool's first that is up (remembered: a recovered SPM does not take them back)."""
+        if policy is None:
+            return None
+        spm, up = active_spm(policy, weights, self._ipsec_holder)
+        if spm is not None and up:
+            self._ipsec_holder = spm.name
+        return self._ipsec_holder
+
     def ipsec_status(self) -> dict[str, Any]:
-        return ipsec_view(self.policy, self.ipsec_weights(), self.ipsec_reports)
+        weights = self.ipsec_weights()
+        holder = self._ipsec_hold(self.policy, weights)
+        return ipsec_view(self.policy, weights, self.ipsec_reports, holder)
 
     def ipsec_spm_config(self, name: str) -> dict[str, Any]:
         if self.policy is None or self.policy.spm_by_name(name) is None:
             raise RequestError(404, f"no SPM named {name!r} in the policy")
-        return spm_config(self.policy, self.ipsec_weights(), name)
+        weights = self.ipsec_weights()
+        return spm_config(self.policy, weights, name, self._ipsec_hold(self.policy, weights))
 
     def ipsec_report(self, name: str, report: dict[str, Any]) -> dict[str, Any]:
         """An IPsec SPM's status (every second); the active one's sets the metrics."""
@@ -660,7 +684,8 @@ class Controller:
         if not isinstance(tunnels, list) or not all(isinstance(t, dict) for t in tunnels):
             raise RequestError(422, "tunnels must be a list of objects")
         self.ipsec_reports.put(name, report)
-        config = spm_config(self.policy, self.ipsec_weights(), name)
+        weights = self.ipsec_weights()
+        config = spm_config(self.policy, weights, name, self._ipsec_hold(self.policy, weights))
         if config["active"]:
             for tunnel in tunnels:
                 label = str(tunnel.get("name"))

@@ -17,6 +17,7 @@ from controller import events as ev
 from controller.runtime import Controller
 from opengate import p4constants as pc
 from tests.controller.conftest import DATA, ControllerFactory, wait_until
+from tests.controller.test_spm import report
 from tests.switch_double import SwitchDouble
 
 IPSEC = """
@@ -109,6 +110,17 @@ def test_tunnel_routes_follow_the_active_ipsec_spm(
         ("ipsec1", False, False),
         ("ipsec2", True, True),
     ]
+
+    # ipsec1 comes back: the tunnels stay where they are (moving them would cost new SAs).
+    report(controller, "ipsec1")
+    wait_until(
+        "ipsec1 up again",
+        lambda: [s["up"] for s in controller.ipsec_status()["spms"]] == [True, True],
+    )
+    assert controller.ipsec_status()["active_spm"] == "ipsec2"
+    assert controller.ipsec_spm_config("ipsec1")["active"] is False
+    assert {p: routes(switch).get(p) for p in tunnel_routes} == dict.fromkeys(tunnel_routes, 6)
+    controller.bus.publish(ev.SpmDown("ipsec1", "test")).result(timeout=5)
 
     # With no IPsec SPM up the routes stay (on the first): tunnel traffic is dropped, not
     # routed out in the clear.
