@@ -296,6 +296,12 @@ def create_app(controller: Controller, token: str, console: Console | None = Non
 
     # -- IPsec (controller.ipsec) -------------------------------------------------------------
 
+    @app.get(f"{API}/counters", summary="What each NPM counted: drops, flow events, ports")
+    def counters() -> dict[str, Any]:
+        # P4Runtime reads, not the controller's state: made here, not on the event thread
+        npms = controller.npm_counters()
+        return {"npms": {name: c.view() for name, c in sorted(npms.items())}}
+
     @app.get(f"{API}/ipsec", summary="IPsec tunnels: configuration, active SPM, SAs, counters")
     def ipsec() -> dict[str, Any]:
         result: dict[str, Any] = call(controller.ipsec_status)

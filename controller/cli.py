@@ -116,6 +116,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ipsec = client("ipsec", "IPsec tunnels: state, SAs, counters, last error")
     ipsec.add_argument("--sas", action="store_true", help="also list each tunnel's SAs")
     ipsec.set_defaults(handler=_ipsec)
+    counters = client("counters", "what the NPMs counted: drops by reason, flow events, ports")
+    counters.add_argument("--all", action="store_true", help="also the reasons and events at 0")
+    counters.set_defaults(handler=_counters)
     alerts = client("alerts", "latest alerts from the SPMs")
     alerts.add_argument("--limit", type=int, default=20)
     alerts.set_defaults(handler=_alerts)
@@ -417,6 +420,37 @@ def _spms(args: argparse.Namespace) -> int:
                 ]
             )
         _table(rows, ["SPM", "PORT", "STATUS", "WEIGHT", "CPU%", "QUEUE", "FLOWS"])
+
+    return _client_command(args, run)
+
+
+def _counters(args: argparse.Namespace) -> int:
+    def run() -> None:
+        data = _request(args, "GET", "/api/v1/counters")
+        if args.json:
+            _print_json(data)
+            return
+        for npm, counts in data["npms"].items():
+            drops = [
+                [reason, str(c["packets"]), str(c["bytes"])]
+                for reason, c in counts["drops"].items()
+                if args.all or c["packets"]
+            ]
+            print(f"NPM {npm}: packets dropped")
+            _table(drops or [["(none)", "0", "0"]], ["REASON", "PACKETS", "BYTES"])
+            events = [
+                [event, str(n)] for event, n in counts["flow_events"].items() if args.all or n
+            ]
+            if counts["flow_events"]:
+                print(f"NPM {npm}: data-plane session events")
+                _table(events or [["(none)", "0"]], ["EVENT", "COUNT"])
+            ports = [
+                [port, str(c["rx_packets"]), str(c["rx_bytes"]), str(c["tx_packets"]),
+                 str(c["tx_bytes"])]
+                for port, c in counts["ports"].items()
+            ]  # fmt: skip
+            print(f"NPM {npm}: ports")
+            _table(ports, ["PORT", "RX PACKETS", "RX BYTES", "TX PACKETS", "TX BYTES"])
 
     return _client_command(args, run)
 

@@ -39,6 +39,7 @@ from controller.classifier import (
     split_plan,
 )
 from controller.classifier import summary as classifier_summary
+from controller.counters import NpmCounterCollector, NpmCounters, read_counters
 from controller.db import Database, DbWriter
 from controller.hsm import schema
 from controller.hsm.compile import CompiledTables, TableOverflow
@@ -128,6 +129,7 @@ class Controller:
     def __init__(self, options: ControllerOptions) -> None:
         self.options = options
         self.metrics = Metrics()
+        self.metrics.registry.register(NpmCounterCollector(self.npm_counters))
         self.db = Database(options.db_url)
         self.db_writer = DbWriter()
         self.bus = ev.EventBus(self.metrics)
@@ -876,6 +878,20 @@ class Controller:
         return {"spm": event.spm, "drained": state.drained, "weight": state.weight}
 
     # -- views (run on the dispatcher through bus.call) --------------------------------------
+
+    def npm_counters(self) -> dict[str, NpmCounters]:
+        """What each connected NPM counted (drops by reason, data-plane session events, ports),
+        read now; reads need no primary role. An NPM that cannot be read is left out."""
+        out: dict[str, NpmCounters] = {}
+        for name, state in list(self.states.items()):
+            conn = state.conn
+            if not conn.is_connected:
+                continue
+            try:
+                out[name] = read_counters(conn.schema, conn.read)
+            except (P4RuntimeError, ConnectionError) as error:
+                LOG.warning("NPM %s: counters not read: %s", name, error)
+        return out
 
     def status(self) -> dict[str, Any]:
         assert self.policy is not None and self.sessions is not None and self.spms is not None

@@ -7,9 +7,12 @@ import argparse
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
 
 from controller.api import ApiServer
 from controller.cli import register
@@ -349,3 +352,44 @@ def test_hsm_view_reports_cost_per_packet_and_table_fill(
         share = fill[table["table"]]
         assert 0 <= share <= 1
         assert share == round(table["entries"] / (pc.TABLE_SIZES[table["table"]] // 2), 4)
+
+
+def test_counters_give_what_the_npm_counted(
+    served: tuple[Controller, httpx.Client],
+    switch: SwitchDouble,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Drops by reason, flow events and ports, read from the switch: in the API, in Prometheus
+    and in `opengate counters`."""
+    _, client = served
+    # from a port the policy does not know: dropped as UNKNOWN_PORT
+    frame = bytes(
+        Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+        / IP(src="10.0.1.10", dst="10.0.9.9")
+        / UDP(sport=1000, dport=2000)
+        / b"x"
+    )
+    for _ in range(3):
+        switch.switch.receive(77, frame)
+
+    def npm1() -> dict[str, Any]:
+        data: dict[str, Any] = client.get("/api/v1/counters").json()["npms"]["npm1"]
+        return data
+
+    wait_until("three drops counted", lambda: npm1()["drops"]["UNKNOWN_PORT"]["packets"] == 3)
+    counts = npm1()
+    assert counts["drops"]["UNKNOWN_PORT"]["bytes"] == 3 * len(frame)
+    assert counts["drops"]["NO_SESSION"]["packets"] == 0
+    assert set(counts["drops"]) == set(pc.DROP_NAMES.values()) - {"NONE"}
+    assert set(counts["flow_events"]) == set(pc.FLOW_EVENT_NAMES.values())
+    assert counts["ports"]["77"]["rx_packets"] == 3
+    metrics = client.get("/metrics").text
+    assert 'opengate_npm_drops_total{npm="npm1",reason="UNKNOWN_PORT"} 3.0' in metrics
+    assert 'opengate_npm_flow_events_total{event="COLLISION",npm="npm1"} 0.0' in metrics
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    assert _cli(["counters", "--api", str(client.base_url), "--token-file", str(token_file)]) == 0
+    out = capsys.readouterr().out
+    assert "UNKNOWN_PORT" in out and "NO_SESSION" not in out
+    assert any(line.split()[:2] == ["77", "3"] for line in out.splitlines())
