@@ -3,8 +3,8 @@
 Mininet's own CLI, with what the gateway's nodes need: the SPM hosts have no IP address (the NPM
 steers traffic to them by MAC), the NPM is a P4 switch driven by the controller (not OpenFlow), and
 the LANs are Linux bridges. Where a Mininet command cannot apply to such a node it says so in one
-line. The `opengate` client commands (sessions, alerts, spms, status, policy) run in the same CLI
-against this topology's controller, with the same output as `opengate COMMAND`.
+line. The `opengate` client commands (sessions, alerts, spms, counters, status, policy) run in the
+same CLI against this topology's controller, with the same output as `opengate COMMAND`.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ OpenGate commands, run against this topology's controller (the output of `openga
   sessions [--npm NPM] [--limit N] [--delete ID]   installed sessions
   alerts [--limit N]                              the latest SPM alerts
   spms                                            SPMs: status, weight, load
+  counters [--all]                                NPM drops by reason, flow events, ports
   ipsec [NPM] [--sas]                             IPsec tunnels (NPM: that site's controller)
   status [--hsm]                                  NPMs, sessions, SPMs, policy version
   policy apply|diff FILE, policy show [--versions], policy validate FILE
@@ -361,6 +362,11 @@ class GatewayCLI(CLI):  # type: ignore[misc]
     def do_spms(self, line: str) -> None:
         """SPMs: status, weight, load (opengate spms). Usage: spms [--json]"""
         self._opengate("spms", line)
+
+    def do_counters(self, line: str) -> None:
+        """What the NPM counted: drops by reason, data-plane session events, ports
+        (opengate counters). Usage: counters [--all] [--json]"""
+        self._opengate("counters", line)
 
     def do_ipsec(self, line: str) -> None:
         """IPsec tunnels: state, SAs, counters, last error (opengate ipsec).

@@ -287,6 +287,9 @@ def test_opengate_commands_print_what_opengate_prints(consoles: Consoles) -> Non
     assert [row.split()[:3] for row in spms[1:]] == [["spm1", "3", "up"], ["spm2", "4", "up"]]
     status = console.command("status")
     assert status.startswith("policy: version ") and "npm1" in status, status
+    counters = console.command("counters --all")
+    assert counters.startswith("NPM npm1: packets dropped"), counters
+    assert "NO_SESSION" in counters and "CREATED" in counters, counters
     # Output that does not change between two calls: the same text as the `opengate` command.
     assert console.command("alerts") == _opengate(console, "alerts").rstrip("\n")
     applied = lines(console.command("policy apply controller/examples/gateway.yaml"))
@@ -298,7 +301,7 @@ def test_opengate_commands_print_what_opengate_prints(consoles: Consoles) -> Non
         "*** sessions: unrecognized arguments: --bogus"
     )
     listed = console.command("help")
-    for command in ("sessions", "alerts", "spms", "status", "policy"):
+    for command in ("sessions", "alerts", "spms", "counters", "status", "policy"):
         assert re.search(rf"\b{command}\b", listed.split("You may also")[0]), command
         assert f"\n  {command}" in listed.split("OpenGate commands")[1], command
 
