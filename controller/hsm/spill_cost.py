@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from controller.hsm.bits import iter_bits, truncate
@@ -252,21 +252,10 @@ def _final(
     and the few thousand distinct intersections are each looked at once; the port classes' side
     is counted the other way round. Fills `rows` and `cols` (entries per address and port class)
     and `alone` (term -> entries where it is the only rule), and returns the entries."""
-    met: dict[int, int] = {}  # address class & protocol class -> port classes it meets
     times: dict[int, int] = {}  # how many (address class, protocol class) give that set
-    for i, lbits in enumerate(lsets):
-        for xbits in xsets:
-            v = lbits & xbits
-            if not v:
-                continue
-            found = met.get(v)
-            if found is None:
-                found = 0
-                for t in iter_bits(v):
-                    found |= where.get(t, 0)
-                met[v] = found
-            times[v] = times.get(v, 0) + 1
-            rows[i] += found.bit_count()
+    for i, v, found in _meeting(lsets, xsets, where):
+        times[v] = times.get(v, 0) + 1
+        rows[i] += found.bit_count()
     for v, count in times.items():
         # the port classes that hold exactly one of v's terms: that term alone makes the entry
         once = twice = 0
@@ -280,22 +269,30 @@ def _final(
                 cells = (where.get(t, 0) & single).bit_count()
                 if cells:
                     alone[t] = alone.get(t, 0) + count * cells
-    where_left = _containment_wide(lsets)
-    met_left: dict[int, int] = {}
-    for j, rbits in enumerate(rsets):
+    for j, _, found in _meeting(rsets, xsets, _containment_wide(lsets)):
+        cols[j] += found.bit_count()
+    return sum(rows)
+
+
+def _meeting(
+    sets: Sequence[int], xsets: Sequence[int], where: dict[int, int]
+) -> Iterator[tuple[int, int, int]]:
+    """Per class of `sets` and protocol class sharing a term: the class's index, the shared
+    terms, and the classes of the other side holding any of them (`where`: term -> those
+    classes; each distinct set of shared terms looked up once)."""
+    met: dict[int, int] = {}
+    for i, bits in enumerate(sets):
         for xbits in xsets:
-            u = rbits & xbits
-            if not u:
+            v = bits & xbits
+            if not v:
                 continue
-            found = met_left.get(u)
+            found = met.get(v)
             if found is None:
                 found = 0
-                for t in iter_bits(u):
-                    found |= where_left.get(t, 0)
-                found = found.bit_count()
-                met_left[u] = found
-            cols[j] += found
-    return sum(rows)
+                for t in iter_bits(v):
+                    found |= where.get(t, 0)
+                met[v] = found
+            yield i, v, found
 
 
 def _containment_wide(sets: Sequence[int]) -> dict[int, int]:
