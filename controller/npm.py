@@ -357,8 +357,10 @@ class NpmConnection:
                 result.failed,
             )
 
-    def read(self, entities: Iterable[p4r.Entity]) -> list[p4r.Entity]:
-        return list(self._client.read(entities))
+    def read(
+        self, entities: Iterable[p4r.Entity], timeout: float | None = None
+    ) -> list[p4r.Entity]:
+        return list(self._client.read(entities, timeout))
 
     def packet_out(self, payload: bytes, submit_to_ingress: bool = True, port: int = 0) -> None:
         metadata = self.schema.encode_packet_metadata(

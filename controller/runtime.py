@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import difflib
+import functools
 import ipaddress
 import logging
 import threading
@@ -65,6 +66,9 @@ DROP_ACTIONS = ("drop", "block", "reject", "sdrop")
 # A bypass request or a drop alert for a flow the CPM does not know yet (the data plane made its
 # session and the digest is still on its way) is kept this long, and at most this many, and
 # applied when the session is installed. A block outranks a bypass of the same flow.
+# A read of an NPM's counters (API, Prometheus scrape) gives up after this long: a switch that
+# does not answer must not hang the API.
+COUNTER_READ_SECONDS = 5.0
 EARLY_SECONDS = 5.0
 EARLY_KEPT = 4096
 
@@ -888,7 +892,9 @@ class Controller:
             if not conn.is_connected:
                 continue
             try:
-                out[name] = read_counters(conn.schema, conn.read)
+                out[name] = read_counters(
+                    conn.schema, functools.partial(conn.read, timeout=COUNTER_READ_SECONDS)
+                )
             except (P4RuntimeError, ConnectionError) as error:
                 LOG.warning("NPM %s: counters not read: %s", name, error)
         return out

@@ -288,13 +288,16 @@ class P4RuntimeClient:
     def delete(self, messages: Iterable[Any]) -> None:
         self.write([_update(p4r.Update.DELETE, entity_of(m)) for m in messages])
 
-    def read(self, entities: Iterable[p4r.Entity]) -> Iterator[p4r.Entity]:
+    def read(
+        self, entities: Iterable[p4r.Entity], timeout: float | None = None
+    ) -> Iterator[p4r.Entity]:
+        """`timeout`: seconds for the whole Read (None: no deadline)."""
         request = p4r.ReadRequest(device_id=self.device_id)
         if self.role_name:
             request.role = self.role_name
         request.entities.extend(entities)
         try:
-            for response in self.stub.Read(request):
+            for response in self.stub.Read(request, timeout=timeout):
                 yield from response.entities
         except grpc.RpcError as error:
             raise P4RuntimeError.from_rpc_error("Read", error) from None

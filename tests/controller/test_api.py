@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -393,3 +395,27 @@ def test_counters_give_what_the_npm_counted(
     out = capsys.readouterr().out
     assert "UNKNOWN_PORT" in out and "NO_SESSION" not in out
     assert any(line.split()[:2] == ["77", "3"] for line in out.splitlines())
+
+
+def test_counters_of_an_npm_that_does_not_answer_are_left_out(
+    served: tuple[Controller, httpx.Client],
+    switch: SwitchDouble,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Read that hangs gives up after COUNTER_READ_SECONDS: the API answers without it."""
+    _, client = served
+    monkeypatch.setattr("controller.runtime.COUNTER_READ_SECONDS", 0.5)
+    release = threading.Event()
+    real_check = switch.service._check_device
+
+    def hanging_check(device_id: int) -> None:  # what Read calls first
+        release.wait(10)
+        real_check(device_id)
+
+    monkeypatch.setattr(switch.service, "_check_device", hanging_check)
+    try:
+        started = time.monotonic()
+        assert client.get("/api/v1/counters").json() == {"npms": {}}
+        assert time.monotonic() - started < 5
+    finally:
+        release.set()
