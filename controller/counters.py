@@ -3,16 +3,16 @@
 The NPM counts every packet it drops in `drop_counter` (one cell per reason), every data-plane
 session event in `flow_event_counter` (created, collision with the controller's path as the
 fallback, NAT port block full, ...) and what each port receives and sends. The CPM reads them
-when asked (the API's `GET /api/v1/counters`, `opengate counters`, a Prometheus scrape), by
-P4Runtime from each NPM it is primary for: counts stay on the switch, nothing is polled in the
-background. Reason and event names come from the P4 program's constants (`opengate.p4constants`,
-generated from the P4 source), and a counter the NPM's program lacks (the TNA build has no
-data-plane sessions) is left out.
+when asked (the API's `GET /api/v1/counters`, `opengate counters`, a Prometheus scrape, the
+web console's charts once a second), by P4Runtime: the counts stay on the switch. Reason and
+event names come from the P4 program's constants (`opengate.p4constants`, generated from the P4
+source), and a counter the NPM's program lacks (the TNA build has no data-plane sessions) is
+left out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from finsy.proto import p4r
@@ -64,8 +64,11 @@ class NpmCounters:
 Reader = Callable[[Iterable[p4r.Entity]], Iterable[p4r.Entity]]
 
 
-def read_counters(schema: P4Schema, read: Reader) -> NpmCounters:
-    """Read the NPM's indirect counters (every cell of each, one Read)."""
+def read_counters(
+    schema: P4Schema, read: Reader, ports: Sequence[int] | None = None
+) -> NpmCounters:
+    """Read the NPM's indirect counters in one Read: every cell of each, or of the port
+    counters only the cells of `ports` (zeros kept: a port that saw nothing reads 0)."""
     wanted: dict[int, str] = {}
     for name in (
         pc.C_DROP_COUNTER,
@@ -80,7 +83,15 @@ def read_counters(schema: P4Schema, read: Reader) -> NpmCounters:
     out = NpmCounters()
     if not wanted:
         return out
-    query = [p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=cid)) for cid in wanted]
+    query: list[p4r.Entity] = []
+    for cid, name in wanted.items():
+        if ports is not None and name in (pc.C_PORT_RX_COUNTER, pc.C_PORT_TX_COUNTER):
+            query.extend(
+                p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=cid, index=p4r.Index(index=p)))
+                for p in ports
+            )
+        else:
+            query.append(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=cid)))
     for entity in read(query):
         entry = entity.counter_entry
         counter = wanted.get(entry.counter_id)
@@ -96,7 +107,7 @@ def read_counters(schema: P4Schema, read: Reader) -> NpmCounters:
             event = pc.FLOW_EVENT_NAMES.get(index)
             if event is not None:
                 out.flow_events[event] = cell
-        elif cell.packets or cell.bytes:
+        elif ports is not None or cell.packets or cell.bytes:
             (out.rx if counter == pc.C_PORT_RX_COUNTER else out.tx)[index] = cell
     return out
 

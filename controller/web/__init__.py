@@ -31,6 +31,7 @@ from finsy.proto import p4r
 from pydantic import BaseModel, Field
 
 from controller import events as ev
+from controller.counters import Cell
 from controller.db import SESSION_SORT_KEYS
 from controller.policy import load_policy
 from controller.runtime import Controller, RequestError
@@ -69,6 +70,11 @@ PROTO_NAMES = {pc.IP_PROTO_TCP: "tcp", pc.IP_PROTO_UDP: "udp", pc.IP_PROTO_ICMP:
 class PolicyText(BaseModel):
     text: str = Field(description="the policy file's content")
     name: str = Field(default="", description="its file name (uploaded or edited)")
+
+
+def _packets(cells: dict[int, Cell], port: int) -> int | None:
+    cell = cells.get(port)
+    return cell.packets if cell is not None else None
 
 
 def _ip(value: int) -> str:
@@ -223,8 +229,8 @@ class Console:
                             "port": p.number,
                             "name": p.name,
                             "role": pc.ROLE_NAMES.get(p.role, str(p.role)).lower(),
-                            "rx": read.rx.get(p.number) if read else None,
-                            "tx": read.tx.get(p.number) if read else None,
+                            "rx": _packets(read.rx, p.number) if read else None,
+                            "tx": _packets(read.tx, p.number) if read else None,
                         }
                         for p in ports
                     ],

@@ -8,18 +8,16 @@ differences with the sample before, so a missed second costs a point, not a wron
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from finsy.proto import p4r
-
+from controller.counters import NpmCounters, read_counters
 from controller.runtime import Controller
-from opengate import p4constants as pc
 
 LOG = logging.getLogger(__name__)
 
@@ -27,46 +25,18 @@ KEEP_SECONDS = 900
 PERIOD_SECONDS = 1.0
 
 
-@dataclass(slots=True)
-class NpmCounters:
-    rx: dict[int, int] = field(default_factory=dict)  # port -> packets received
-    tx: dict[int, int] = field(default_factory=dict)  # port -> packets sent
-    drops: dict[int, int] = field(default_factory=dict)  # reason -> packets dropped
-
-
-def read_counters(controller: Controller, npm: str, ports: list[int]) -> NpmCounters | None:
-    """The NPM's per-port and per-reason packet counters, or None if it cannot be read now."""
+def read_npm(controller: Controller, npm: str, ports: list[int]) -> NpmCounters | None:
+    """The NPM's counters (the policy's ports only), or None if it cannot be read now."""
     conn = controller.npms.get(npm)
     if conn is None or not conn.is_connected:
         return None
-    counters = conn.schema.counters
-    wanted = {
-        "rx": counters.get(pc.C_PORT_RX_COUNTER).preamble.id,
-        "tx": counters.get(pc.C_PORT_TX_COUNTER).preamble.id,
-        "drops": counters.get(pc.C_DROP_COUNTER).preamble.id,
-    }
-    entities = [
-        p4r.Entity(
-            counter_entry=p4r.CounterEntry(counter_id=counter_id, index=p4r.Index(index=port))
-        )
-        for name in ("rx", "tx")
-        for port in ports
-        for counter_id in (wanted[name],)
-    ]
-    entities.append(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=wanted["drops"])))
     try:
-        replies = conn.read(entities)
+        return read_counters(
+            conn.schema, functools.partial(conn.read, timeout=PERIOD_SECONDS * 2), ports
+        )
     except Exception as error:  # a switch going away must not stop the sampler
         LOG.debug("%s: cannot read counters: %s", npm, error)
         return None
-    out = NpmCounters()
-    names = {counter_id: name for name, counter_id in wanted.items()}
-    for entity in replies:
-        entry = entity.counter_entry
-        table: dict[int, int] = getattr(out, names[entry.counter_id])
-        table[int(entry.index.index)] = int(entry.data.packet_count)
-    out.drops.pop(pc.DROP_NONE, None)
-    return out
 
 
 class History:
@@ -125,7 +95,7 @@ class History:
         ports = [p.number for p in policy.ports] if policy is not None else []
         counters: dict[str, NpmCounters] = {}
         for name in list(controller.npms):
-            read = read_counters(controller, name, ports)
+            read = read_npm(controller, name, ports)
             if read is not None:
                 counters[name] = read
         now = time.time()
@@ -135,7 +105,7 @@ class History:
             "installed": live["installed"],
             "alerts": controller.db.max_alert_id(),
             "spms": live["spms"],
-            "rx": sum(sum(c.rx.values()) for c in counters.values()),
+            "rx": sum(cell.packets for c in counters.values() for cell in c.rx.values()),
             "drops": _sum_reasons(counters.values()),
             "counters_read": bool(counters),
         }
@@ -161,9 +131,8 @@ class History:
 def _sum_reasons(items: Any) -> dict[str, int]:
     out: dict[str, int] = {}
     for counters in items:
-        for reason, count in counters.drops.items():
-            name = pc.DROP_NAMES.get(reason, str(reason))
-            out[name] = out.get(name, 0) + count
+        for reason, cell in counters.drops.items():
+            out[reason] = out.get(reason, 0) + cell.packets
     return out
 
 

@@ -328,4 +328,5 @@ def test_overview_samples_sessions_and_counters(served: Served) -> None:
         assert {"sessions", "new_per_s", "rx_per_s", "drops_per_s", "alerts_per_min"} <= set(sample)
         (npm,) = data["npms"]
         assert [p["port"] for p in npm["ports"]] == [1, 2, 3, 4]
+        assert all(p["rx"] == 0 and p["tx"] == 0 for p in npm["ports"])  # read, nothing sent
         assert {s["name"] for s in data["spms"]} == {"spm1", "spm2"}
