@@ -375,13 +375,18 @@ def _proto_segments(
 
 
 def _containment(sets: Sequence[int]) -> dict[int, int]:
-    """term -> bitset of the class numbers whose set holds the term."""
-    where: dict[int, int] = {}
+    """term -> bitset of the class numbers whose set holds the term. Built as bytes: an int grown
+    bit by bit is copied at every bit, which costs the square of the classes."""
+    members: dict[int, bytearray] = {}
+    size = (len(sets) + 7) // 8
     for index, bits in enumerate(sets):
-        flag = 1 << index
+        byte, flag = index >> 3, 1 << (index & 7)
         for term in iter_bits(bits):
-            where[term] = where.get(term, 0) | flag
-    return where
+            row = members.get(term)
+            if row is None:
+                row = members[term] = bytearray(size)
+            row[byte] |= flag
+    return {term: int.from_bytes(row, "little") for term, row in members.items()}
 
 
 def _aggregate(

@@ -269,7 +269,7 @@ def _final(
                 cells = (where.get(t, 0) & single).bit_count()
                 if cells:
                     alone[t] = alone.get(t, 0) + count * cells
-    for j, _, found in _meeting(rsets, xsets, _containment_wide(lsets)):
+    for j, _, found in _meeting(rsets, xsets, _containment(lsets)):
         cols[j] += found.bit_count()
     return sum(rows)
 
@@ -293,21 +293,6 @@ def _meeting(
                     found |= where.get(t, 0)
                 met[v] = found
             yield i, v, found
-
-
-def _containment_wide(sets: Sequence[int]) -> dict[int, int]:
-    """`_containment` for many sets: term -> bitset of the sets holding it, built as bytes (an
-    int grown bit by bit would be copied at every bit)."""
-    members: dict[int, bytearray] = {}
-    size = (len(sets) + 7) // 8
-    for index, bits in enumerate(sets):
-        byte, flag = index >> 3, 1 << (index & 7)
-        for term in iter_bits(bits):
-            row = members.get(term)
-            if row is None:
-                row = members[term] = bytearray(size)
-            row[byte] |= flag
-    return {term: int.from_bytes(row, "little") for term, row in members.items()}
 
 
 def _credit_few(both: int, entries: int, credit: dict[int, int]) -> None:
