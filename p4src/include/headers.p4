@@ -143,10 +143,18 @@ struct session_close_t {
     ((meta).drop_valid == 0 && (meta).drop_tag == 0 && (meta).port_role != ROLE_UNKNOWN \
      && ((meta).tagged == 0 || (meta).port_role == ROLE_SPM))
 
-// Why a packet that leaves by its route would be dropped: Routing, and SessionSetup for a packet
-// that a data-plane session admits.
-#define og_forwarding_drop(hdr, meta) \
-    ((meta).routed == 0 ? DROP_NO_ROUTE : ((hdr).ipv4.ttl <= 1 ? DROP_TTL_EXPIRED : DROP_NONE))
+// Why a packet that leaves by its route would be dropped, into meta.drop_fwd: Routing, and
+// SessionSetup for a packet that a data-plane session admits. Statements, not a conditional
+// expression: bf-p4c turns an assignment of `?:` into an action that branches, which Tofino
+// cannot run.
+#define OG_SET_FORWARDING_DROP(hdr, meta) \
+    if ((meta).routed == 0) { \
+        meta.drop_fwd = DROP_NO_ROUTE; \
+    } else if ((hdr).ipv4.ttl <= 1) { \
+        meta.drop_fwd = DROP_TTL_EXPIRED; \
+    } else { \
+        meta.drop_fwd = DROP_NONE; \
+    }
 
 struct local_metadata_t {
     // Architecture-neutral view of the intrinsic metadata (filled and consumed by the shell).
