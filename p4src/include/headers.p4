@@ -147,7 +147,7 @@ struct session_close_t {
 // SessionSetup for a packet that a data-plane session admits. Statements, not a conditional
 // expression: bf-p4c turns an assignment of `?:` into an action that branches, which Tofino
 // cannot run.
-#define OG_SET_FORWARDING_DROP(hdr, meta) \
+#define og_set_forwarding_drop(hdr, meta) \
     if ((meta).routed == 0) { \
         meta.drop_fwd = DROP_NO_ROUTE; \
     } else if ((hdr).ipv4.ttl <= 1) { \

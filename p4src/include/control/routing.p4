@@ -35,7 +35,7 @@ control Routing(inout headers_t hdr, inout local_metadata_t meta) {
         routing.apply();
         if (meta.returned == 1 || (meta.session_hit == 1 && meta.spm_port == 0)
                 || (meta.session_hit == 0 && meta.sel_spm_port == 0)) {
-            OG_SET_FORWARDING_DROP(hdr, meta)
+            og_set_forwarding_drop(hdr, meta)
         }
     }
 }

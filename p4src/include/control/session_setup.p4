@@ -388,7 +388,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             // Steering's "no SPM up" was about a new flow; this one keeps its SPM, like a session.
             meta.drop_session = DROP_NONE;
             if (spm[56:48] == 0) {
-                OG_SET_FORWARDING_DROP(hdr, meta)
+                og_set_forwarding_drop(hdr, meta)
             } else {
                 meta.drop_fwd = DROP_NONE;
             }
