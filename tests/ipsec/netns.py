@@ -181,23 +181,37 @@ print(total, digest.hexdigest(), flush=True)
 """
 
 SOURCE = """
-import socket, sys
+import socket, sys, time
 data = bytes.fromhex(sys.argv[3]) * int(sys.argv[4])
+rate = float(sys.argv[5])  # bytes per second, 0: as fast as it goes
 with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=60) as conn:
-    conn.sendall(data)
+    start = time.monotonic()
+    for at in range(0, len(data), 65536):
+        conn.sendall(data[at:at + 65536])
+        if rate:
+            time.sleep(max(0.0, start + (at + 65536) / rate - time.monotonic()))
 """
 
 
 def transfer(
-    sender: Side, receiver: Side, chunk: bytes, count: int, port: int = 5001
+    sender: Side, receiver: Side, chunk: bytes, count: int, port: int = 5001, rate: int = 0
 ) -> tuple[int, str]:
     """Send `chunk` * `count` over TCP from sender's LAN address to receiver's; returns what the
-    receiver got (bytes, sha256)."""
+    receiver got (bytes, sha256). `rate`: bytes per second (0: unpaced), so that a test can keep
+    the tunnel uncongested."""
     sink = receiver.popen("python3", "-c", SINK, receiver.lan, str(port))
     try:
         wait_line(sink, "stdout", "ready", 15.0)
         sender.run(
-            "python3", "-c", SOURCE, receiver.lan, str(port), chunk.hex(), str(count), timeout=120
+            "python3",
+            "-c",
+            SOURCE,
+            receiver.lan,
+            str(port),
+            chunk.hex(),
+            str(count),
+            str(rate),
+            timeout=120,
         )
         out, _ = sink.communicate(timeout=60)
     finally:

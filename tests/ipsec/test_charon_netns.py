@@ -169,7 +169,8 @@ def test_rekey_during_a_transfer_loses_nothing(sites: TwoSites) -> None:
         results["ping"] = ping(sites.a, sites.b.lan, 150, interval=0.02)
 
     def run_transfer() -> None:
-        results["transfer"] = transfer(sites.a, sites.b, chunk, 40000, port=5002)
+        # paced (2 MB/s), so that congestion cannot drop a ping and only a rekey could
+        results["transfer"] = transfer(sites.a, sites.b, chunk, 40000, port=5002, rate=2_000_000)
 
     threads = [threading.Thread(target=run_ping), threading.Thread(target=run_transfer)]
     for thread in threads:
