@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,7 @@ from opengate.entries import Exact, TableEntry
 from opengate.errors import ConfigError
 from opengate.p4rt import P4RuntimeError
 from opengate.target import p4_build_dir
+from opengate.throttled import ThrottledWarning
 
 LOG = logging.getLogger(__name__)
 
@@ -151,6 +152,7 @@ class Controller:
         self.sessions: SessionManager | None = None
         self.ipsec_reports = IpsecReports()
         self._ipsec_holder: str | None = None  # the IPsec SPM that holds the tunnels
+        self._counters_unread = ThrottledWarning(LOG, "counters not read", interval=60.0)
 
     # -- start and stop ----------------------------------------------------------------------
 
@@ -883,20 +885,20 @@ class Controller:
 
     # -- views (run on the dispatcher through bus.call) --------------------------------------
 
-    def npm_counters(self) -> dict[str, NpmCounters]:
-        """What each connected NPM counted (drops by reason, data-plane session events, ports),
-        read now; reads need no primary role. An NPM that cannot be read is left out."""
+    def npm_counters(self, ports: Sequence[int] | None = None) -> dict[str, NpmCounters]:
+        """What each connected NPM counted (drops by reason, data-plane session events, ports:
+        all, or `ports` only), read now; reads need no primary role. An NPM that cannot be read
+        is left out (the console asks every second: the warning is throttled)."""
         out: dict[str, NpmCounters] = {}
         for name, state in list(self.states.items()):
             conn = state.conn
             if not conn.is_connected:
                 continue
+            read = functools.partial(conn.read, timeout=COUNTER_READ_SECONDS)
             try:
-                out[name] = read_counters(
-                    conn.schema, functools.partial(conn.read, timeout=COUNTER_READ_SECONDS)
-                )
+                out[name] = read_counters(conn.schema, read, ports)
             except (P4RuntimeError, ConnectionError) as error:
-                LOG.warning("NPM %s: counters not read: %s", name, error)
+                self._counters_unread.warning(name, str(error))
         return out
 
     def status(self) -> dict[str, Any]:

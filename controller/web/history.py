@@ -8,7 +8,6 @@ differences with the sample before, so a missed second costs a point, not a wron
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -16,27 +15,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from controller.counters import NpmCounters, read_counters
+from controller.counters import NpmCounters
 from controller.runtime import Controller
 
 LOG = logging.getLogger(__name__)
 
 KEEP_SECONDS = 900
 PERIOD_SECONDS = 1.0
-
-
-def read_npm(controller: Controller, npm: str, ports: list[int]) -> NpmCounters | None:
-    """The NPM's counters (the policy's ports only), or None if it cannot be read now."""
-    conn = controller.npms.get(npm)
-    if conn is None or not conn.is_connected:
-        return None
-    try:
-        return read_counters(
-            conn.schema, functools.partial(conn.read, timeout=PERIOD_SECONDS * 2), ports
-        )
-    except Exception as error:  # a switch going away must not stop the sampler
-        LOG.debug("%s: cannot read counters: %s", npm, error)
-        return None
 
 
 class History:
@@ -93,11 +78,7 @@ class History:
         live: dict[str, Any] = self.call(self._live)
         policy = controller.policy
         ports = [p.number for p in policy.ports] if policy is not None else []
-        counters: dict[str, NpmCounters] = {}
-        for name in list(controller.npms):
-            read = read_npm(controller, name, ports)
-            if read is not None:
-                counters[name] = read
+        counters: dict[str, NpmCounters] = controller.npm_counters(ports)
         now = time.time()
         sample: dict[str, Any] = {
             "t": round(now, 3),
