@@ -2,6 +2,7 @@
 masqueraded) against sessions made by the CPM (masqueraded, `data_plane_ports: off`).
 
     sudo .venv/bin/python -m bench.bench_newflows [--rates 2000,8000,16000] [--seconds 2]
+        [--policies routed,npm,cpm]
 
 Needs root (Mininet). h2 opens `rate` new UDP flows a second (one 18-byte datagram each, each
 flow new to the run) to out1 for `--seconds`, sent by bench.csender (the paced C sender) on h2's
@@ -12,6 +13,12 @@ counter says where the rest went. A rate is sustained when every flow arrived an
 became a session. The policy is the example policy without inspection (the SPMs are measured
 elsewhere), without the CPU meters and the per-source new-flow limit (they cap the rate on
 purpose), and with a 2 s UDP idle timeout, so that each rate starts with empty tables.
+
+The reference row, "one flow (the switch's own rate)", sends the same datagram of one flow at
+each rate through the routed policy: every packet but the first hits an existing session, so it
+is the packet rate the switch forwards when no packet opens a flow, the ceiling the issue sets
+for opening packets. The software switch's own losses (frames its receive rings could not hold,
+digests its digest ring could not hold) come from its log, which it writes when they grow.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,6 +37,7 @@ import httpx
 from bench.bench_flood import drops, drops_since, flood_frames
 from bench.csender import MAX_FRAMES, binary, write_frames
 from opengate.target import repo_root, select_target
+from softswitch.native.dataplane import LOSS_REPORT_SECONDS
 from topo.model import load_topology, with_controller_nat, without_masquerade
 from topo.net import GatewayNetwork
 
@@ -107,11 +116,41 @@ def packet_ins(network: GatewayNetwork) -> int:
     )
 
 
-def one_rate(network: GatewayNetwork, rate: int, seconds: int, phase: int) -> dict[str, Any]:
+POLICIES = {
+    "routed": "routed: sessions made by the NPM",
+    "npm": "masqueraded by the NPM",
+    "cpm": "masqueraded by the CPM",
+}
+REFERENCE = "one flow (the switch's own rate)"
+LOSS_LINE = re.compile(
+    r"lost so far: (\d+) frames the receive rings could not hold, .* "
+    r"(\d+) digests the digest ring could not hold"
+)
+
+
+def switch_losses(log: Path) -> tuple[int, int]:
+    """The software switch's receive-ring and digest-ring losses so far, from its last report
+    in `log` (0, 0 when it reported none, or for BMv2, which writes no such line)."""
+    found = (0, 0)
+    if log.exists():
+        for line in log.read_text(errors="replace").splitlines():
+            m = LOSS_LINE.search(line)
+            if m:
+                found = (int(m.group(1)), int(m.group(2)))
+    return found
+
+
+def one_rate(
+    network: GatewayNetwork, rate: int, seconds: int, phase: int, one_flow: bool = False
+) -> dict[str, Any]:
     frames = repo_root() / "run" / "bench-newflows" / "flows.frames"
     frames.parent.mkdir(parents=True, exist_ok=True)
-    # more frames than the sender can send in time, so that none is sent twice
-    write_frames(frames, flood_frames(network.spec, rate * seconds + 4096, phase))
+    # more frames than the sender can send in time, so that none is sent twice; or one frame
+    # sent again and again
+    count = 1 if one_flow else rate * seconds + 4096
+    write_frames(frames, flood_frames(network.spec, count, phase))
+    log = repo_root() / "run" / "bench-newflows" / "npm1.log"
+    before_losses = switch_losses(log)
     before_drops, before_installed = drops(network), installed(network)
     before_arrived, before_packet_ins = arrived(network), packet_ins(network)
     result = network.run(
@@ -126,7 +165,15 @@ def one_rate(network: GatewayNetwork, rate: int, seconds: int, phase: int) -> di
     out["received"] = settle(lambda: arrived(network), quiet=1.0) - before_arrived
     out["drops"] = drops_since(network, before_drops)
     out["packet_ins"] = packet_ins(network) - before_packet_ins
+    if one_flow:  # one session, made by its first packet
+        out["installed"] = out["received"] if out["installed"] == 1 else 0
     settle(lambda: active(network), quiet=2.0)  # the 2 s idle timeout empties the tables
+    # the switch reports a loss at most LOSS_REPORT_SECONDS (+ its 1 s wake-up) after the last
+    # report: wait that long for the last of this rate
+    time.sleep(LOSS_REPORT_SECONDS + 1)
+    after = switch_losses(log)
+    out["ring"] = after[0] - before_losses[0]
+    out["digests"] = after[1] - before_losses[1]
     return out
 
 
@@ -134,7 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="2000,8000,16000,32000,64000")
     parser.add_argument("--seconds", type=int, default=2)
+    parser.add_argument("--policies", default=",".join(POLICIES), help="routed,npm,cpm")
     args = parser.parse_args(argv)
+    chosen = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [p for p in chosen if p not in POLICIES]
+    if unknown:
+        parser.error(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICIES)}")
     if os.geteuid() != 0:
         print("bench_newflows: skipped, Mininet needs root")
         return 0
@@ -148,12 +200,15 @@ def main(argv: list[str] | None = None) -> int:
         path = str(spec.policy)
         base = measurement_policy(running["text"])
         _nft(network, f"nft -f - <<'EOF'\n{COUNTER_RULES}EOF")
+        texts = {
+            "routed": without_masquerade(base),
+            "npm": base,
+            "cpm": with_controller_nat(base),
+        }
         phase = 0
-        for name, text in (
-            ("routed: sessions made by the NPM", without_masquerade(base)),
-            ("masqueraded by the NPM", base),
-            ("masqueraded by the CPM", with_controller_nat(base)),
-        ):
+        for key in ["reference", *chosen]:
+            name = REFERENCE if key == "reference" else POLICIES[key]
+            text = texts["routed" if key == "reference" else key]
             network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": text})
             settle(lambda: active(network), quiet=2.0)
             for rate in rates:
@@ -161,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                     raise SystemExit(
                         f"bench_newflows: {rate} flows/s for {args.seconds} s: too many"
                     )
-                rows.append((name, rate, one_rate(network, rate, args.seconds, phase)))
+                one = key == "reference"
+                rows.append((name, rate, one_rate(network, rate, args.seconds, phase, one)))
                 phase += 1
     print(
         f"Command: `{' '.join(['python -m bench.bench_newflows', *(argv or sys.argv[1:])])}`, "
@@ -169,25 +225,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         "| sessions made by | offered flows/s | sent | arrived | sessions installed | lost "
-        "| of them via the CPM (packet-ins) | NPM drops |"
+        "| of them via the CPM (packet-ins) | NPM drops | switch ring drops (receive / digest) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---|")
     for name, rate, r in rows:
         lost = r["sent"] - min(r["received"], r["installed"])
         dropped = ", ".join(f"{k} {v}" for k, v in sorted(r["drops"].items())) or "none"
         print(
             f"| {name} | {rate} | {r['sent']} | {r['received']} | {r['installed']} | {lost} "
-            f"| {r['packet_ins']} | {dropped} |"
+            f"| {r['packet_ins']} | {dropped} | {r['ring']} / {r['digests']} |"
         )
+    best: dict[str, int] = {}
     for name in dict.fromkeys(n for n, _, _ in rows):
         kept = [
             rate
             for n, rate, r in rows
             if n == name and r["sent"] == r["received"] == r["installed"]
         ]
-        print(
-            f"\n{name}: highest rate with no session lost: {max(kept) if kept else 'none'} flows/s"
-        )
+        best[name] = max(kept) if kept else 0
+        what = "packets" if name == REFERENCE else "flows"
+        print(f"\n{name}: highest rate with nothing lost: {best[name] or 'none'} {what}/s")
+    cpm, npm = best.get(POLICIES["cpm"]), best.get(POLICIES["routed"])
+    if cpm and npm:
+        print(f"\nsessions made by the NPM (routed) / by the CPM: {npm / cpm:.1f}x")
     return 0
 
 

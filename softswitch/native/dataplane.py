@@ -19,6 +19,7 @@ import os
 import select
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,6 +36,56 @@ LOG = logging.getLogger(__name__)
 DigestSink = Callable[[int, tuple[int, ...]], None]
 Emit = Callable[[int, bytes], None]
 MAX_FRAME = 65536 + 1024
+
+
+# What the port layer lost, reported by the upcall thread (a warning at most every
+# LOSS_REPORT_SECONDS while it grows) and once more when the ports close.
+LOSS_REPORT_SECONDS = 5.0
+
+
+IO_STATS = ("rx_frames", "tx_frames", "tx_errors", "upcalls", "upcall_drops", "rx_ring_drops")
+
+
+class IoStats(ct.Structure):
+    """og_io_stats (og_io.h): IO_STATS, each a uint64_t."""
+
+    _fields_ = [(name, ct.c_uint64) for name in IO_STATS]
+
+
+class LossReport:
+    """Counts of frames and digests the switch could not take, reported when they grow: a
+    warning with the totals so far, at most once per `every` seconds (the last growth is
+    reported by `final`)."""
+
+    LOSSES = (
+        ("rx_ring_drops", "frames the receive rings could not hold"),
+        ("upcall_drops", "slow-path frames the upcall ring could not hold"),
+        ("tx_errors", "frames not sent"),
+        ("digest_drops", "digests the digest ring could not hold"),
+    )
+
+    def __init__(self, every: float = LOSS_REPORT_SECONDS) -> None:
+        self.every = every
+        self.reported: dict[str, int] = {}
+        self.last = float("-inf")
+
+    def text(self, counts: dict[str, int]) -> str:
+        return ", ".join(f"{counts.get(k, 0)} {what}" for k, what in self.LOSSES)
+
+    def check(self, counts: dict[str, int], now: float) -> str | None:
+        """The warning to log now, or None (nothing new, or too soon)."""
+        grown = any(counts.get(k, 0) > self.reported.get(k, 0) for k, _ in self.LOSSES)
+        if not grown or now - self.last < self.every:
+            return None
+        self.reported, self.last = dict(counts), now
+        return f"lost so far: {self.text(counts)}"
+
+    def final(self, counts: dict[str, int]) -> str:
+        """The summary for when the ports close."""
+        return (
+            f"port I/O: {counts.get('rx_frames', 0)} frames received, "
+            f"{counts.get('tx_frames', 0)} sent; lost: {self.text(counts)}"
+        )
 
 
 class CEntry(ct.Structure):
@@ -107,6 +158,7 @@ def _bind(lib: ct.CDLL) -> None:
         "og_io_upcall_fd": (ct.c_int, [vp]),
         "og_io_pop_upcall": (i32, [vp, ct.POINTER(u32), ct.c_char_p, u32]),
         "og_io_send": (ct.c_int, [vp, u32, ct.c_char_p, u32]),
+        "og_io_get_stats": (None, [vp, ct.POINTER(IoStats)]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
@@ -507,16 +559,15 @@ class NativeDataplane:
         stop_r = self._io_stop[0]
         buf = ct.create_string_buffer(MAX_FRAME)
         port = ct.c_uint32()
-        digest_drops = 0
+        report = LossReport()
         while True:
             ready, _, _ = select.select([fd, stop_r], [], [], 1.0)
             if stop_r in ready:
                 return
             self.drain_digests()
-            drops = self.lib.og_dp_digest_drops(self.dp)
-            if drops != digest_drops:
-                LOG.warning("%d digests lost so far: the digest ring was full", drops)
-                digest_drops = drops
+            warning = report.check(self.io_stats(), time.monotonic())
+            if warning is not None:
+                LOG.warning("%s", warning)
             while True:
                 n = self.lib.og_io_pop_upcall(self._io, ct.byref(port), buf, MAX_FRAME)
                 if n < 0:
@@ -526,6 +577,16 @@ class NativeDataplane:
                         self.emit(int(port.value), buf.raw[:n])
                     except Exception:
                         LOG.exception("slow-path frame for port %d", port.value)
+
+    def io_stats(self) -> dict[str, int]:
+        """The port layer's counters (og_io_stats) and the digests lost, since the ports
+        opened."""
+        out = IoStats()
+        if self._io:
+            self.lib.og_io_get_stats(self._io, ct.byref(out))
+        counts = {name: int(getattr(out, name)) for name in IO_STATS}
+        counts["digest_drops"] = int(self.lib.og_dp_digest_drops(self.dp))
+        return counts
 
     def transmit(self, port: int, frame: bytes) -> None:
         """Send on a port served by C (when `owns_ports`)."""
@@ -549,6 +610,8 @@ class NativeDataplane:
                 os.close(fd)
             self._io_stop = None
         if self.dp:
+            if self._io:
+                LOG.info("%s", LossReport().final(self.io_stats()))
             self.lib.og_dp_io_close(self.dp)
             self._io = 0
             with self.lock:
