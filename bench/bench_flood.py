@@ -1,6 +1,7 @@
 """A flood of new UDP flows from one inside host, and what the other users of the gateway see.
 
     sudo .venv/bin/python -m bench.bench_flood [--rates 2000,8000] [--seconds 10]
+        [--policies routed,npm,cpm]
 
 Needs root (Mininet). h2 sends 18-byte datagrams to out1, each a new flow, at each rate for
 `--seconds`, with bench.csender (the paced C sender) on its interface: the flooding host's own CPU
@@ -23,6 +24,7 @@ import struct
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.bench_sessions import measure, percentile
@@ -33,6 +35,12 @@ from topo.model import load_topology, with_controller_nat, without_masquerade
 from topo.net import GatewayNetwork
 
 OUT1 = "198.51.100.20"
+CPU_TOP = 10  # processes listed per flood
+POLICIES = {
+    "routed": "routed (data-plane sessions)",
+    "npm": "masqueraded by the NPM",
+    "cpm": "masqueraded by the CPM",
+}
 
 FLOOD_PAYLOAD = b"x" * 10
 
@@ -93,6 +101,59 @@ def drops_since(network: GatewayNetwork, before: dict[str, int]) -> dict[str, in
     return {k: after[k] - before[k] for k in after if after[k] != before[k]}
 
 
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _label(pid: str) -> str:
+    """A short name for a process: its program, and for Python programs their module."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    words = [a.decode(errors="replace") for a in argv if a]
+    if not words:  # a kernel thread: by its name, without the CPU number
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            return "?"
+        return "kernel " + comm.split("/")[0]
+    program = Path(words[0]).name
+    if program.startswith("python") and "-m" in words[:-1]:
+        module = words[words.index("-m") + 1]
+        if module == "opengate" and len(words) > words.index("-m") + 2:
+            return f"opengate {words[words.index('-m') + 2]}"
+        return module
+    return program
+
+
+def cpu_ticks() -> dict[str, int]:
+    """CPU ticks used so far (user + system) by every process, summed by `_label`, and the
+    machine's idle ticks as "idle"."""
+    out: dict[str, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        label = _label(entry.name)
+        out[label] = out.get(label, 0) + int(fields[11]) + int(fields[12])
+    cpu = Path("/proc/stat").read_text().splitlines()[0].split()
+    out["idle"] = int(cpu[4]) + int(cpu[5])
+    out["kernel: interrupts"] = int(cpu[6]) + int(cpu[7])
+    return out
+
+
+def cpu_shares(before: dict[str, int], after: dict[str, int], seconds: float) -> dict[str, float]:
+    """Per label, the share of one core used between two `cpu_ticks` readings."""
+    return {
+        k: (after[k] - before.get(k, 0)) / TICKS / seconds
+        for k in after
+        if after[k] > before.get(k, 0)
+    }
+
+
 def flood(
     network: GatewayNetwork, rate: int, seconds: int, alone_mbps: float, phase: int
 ) -> dict[str, Any]:
@@ -114,11 +175,14 @@ def flood(
     for thread in threads:
         thread.start()
     time.sleep(1)
+    cpu_before, cpu_started = cpu_ticks(), time.monotonic()
     results["connect"] = measure(network, 20, "connect")
     results["api"] = api_times(network, max(1.0, seconds - 3 - 1))
+    results["cpu"] = cpu_shares(cpu_before, cpu_ticks(), time.monotonic() - cpu_started)
     for thread in threads:
         thread.join()
     results["drops"] = drops_since(network, before)
+    results["alone"] = alone_mbps
     results["kept"] = results["mbps"] / alone_mbps if alone_mbps else 0.0
     return results
 
@@ -127,7 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="2000,8000")
     parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--policies", default=",".join(POLICIES), help="routed,npm,cpm")
     args = parser.parse_args(argv)
+    chosen = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [p for p in chosen if p not in POLICIES]
+    if unknown:
+        parser.error(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICIES)}")
     if os.geteuid() != 0:
         print("bench_flood: skipped, Mininet needs root")
         return 0
@@ -139,11 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     with GatewayNetwork(spec, root / "run" / "bench-flood", target=choice) as network:
         running = network.api("GET", "/api/v1/policy")
         path = str(spec.policy)
-        for name, text in (
-            ("routed (data-plane sessions)", without_masquerade(running["text"])),
-            ("masqueraded by the NPM", running["text"]),
-            ("masqueraded by the CPM", with_controller_nat(running["text"])),
-        ):
+        texts = {
+            "routed": without_masquerade(running["text"]),
+            "npm": running["text"],
+            "cpm": with_controller_nat(running["text"]),
+        }
+        for name, text in ((POLICIES[key], texts[key]) for key in chosen):
             network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": text})
             alone = iperf(network, max(2, args.seconds - 3))
             for rate in rates:
@@ -155,9 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         "| policy | flood offered (flows/s) | sent | h1 connects ok | connect p50 / p99 ms "
-        "| iperf3 kept | API p50 / p99 ms | NPM drops during the flood |"
+        "| iperf3 kept (Mbit/s alone, in the flood) | API p50 / p99 ms "
+        "| NPM drops during the flood |"
     )
-    print("|---|---:|---:|---:|---|---:|---|---|")
+    print("|---|---:|---:|---:|---|---|---|---|")
     for name, rate, r in rows:
         c = r["connect"]
         ok = "0/20" if "error" in c else f"{c['n'] - c['failed']}/{c['n']}"
@@ -166,8 +237,16 @@ def main(argv: list[str] | None = None) -> int:
         dropped = ", ".join(f"{k} {v}" for k, v in sorted(r["drops"].items())) or "none"
         print(
             f"| {name} | {rate} | {r['sent']} | {ok} | {times} | {r['kept'] * 100:.0f} % "
+            f"({r['alone']:.0f}, {r['mbps']:.0f}) "
             f"| {percentile(api, 50):.1f} / {percentile(api, 99):.1f} | {dropped} |"
         )
+    print(
+        "\nWhere the CPU went during each flood (share of one core; the machine's cores are "
+        f"{os.cpu_count()}; the busiest processes by program or module):\n"
+    )
+    for name, rate, r in rows:
+        busiest = sorted(r["cpu"].items(), key=lambda kv: -kv[1])[:CPU_TOP]
+        print(f"- {name}, {rate}/s: " + ", ".join(f"{k} {v * 100:.0f} %" for k, v in busiest))
     return 0
 
 

@@ -139,17 +139,17 @@ def _bind(lib: ct.CDLL) -> None:
         "og_dp_io_close": (None, [vp]),
         "og_dp_pop_digest": (i32, [vp, ct.POINTER(u32), U64P, u32]),
         "og_dp_digest_drops": (ct.c_uint64, [vp]),
-        "og_dp_set_default": (None, [vp, u32, vp]),
+        "og_dp_set_default": (None, [vp, u32, vp, vp]),
         "og_dp_register": (vp, [vp, u32]),
         "og_dp_counter": (vp, [vp, u32]),
         "og_dp_meter": (vp, [vp, u32]),
         "og_entry_new": (vp, [u32, i32]),
         "og_entry_free": (None, [vp]),
-        "og_entry_set_members": (ct.c_int, [vp, u32, u32, U64P, u32]),
+        "og_entry_set_members": (ct.c_int, [vp, vp, u32, u32, U64P, u32]),
         "og_meter_configure": (None, [vp, ct.c_double, i64, ct.c_double, i64]),
         "og_meter_clear": (None, [vp]),
         "og_meter_execute_api": (u32, [vp, u32]),
-        "og_entry_insert": (vp, [vp, u32, ct.c_char_p]),
+        "og_entry_insert": (vp, [vp, u32, ct.c_char_p, u32, u32, U64P, u32]),
         "og_entry_remove": (ct.c_int, [vp, u32, vp, ct.c_char_p]),
         "og_dp_clear_registers": (None, [vp]),
         "og_dp_bench": (ct.c_uint64, [vp, u32, ct.c_char_p, ct.POINTER(u32), u32, u32]),
@@ -169,9 +169,10 @@ def _bind(lib: ct.CDLL) -> None:
 
 
 class CLock:
-    """The C data plane's mutex, for Python: held only around a change of C state (a table
-    entry, a default action, a group's members, a meter's configuration), never while Python
-    iterates, so the polling thread waits at most one such change."""
+    """The C data plane's mutex, for Python: held only around a change of C state the C API does
+    not lock itself (a meter's configuration), never while Python iterates, so the polling thread
+    waits at most one such change (and whatever GIL wait falls inside it: the table calls,
+    og_entry_insert, og_entry_remove, og_entry_set_members, og_dp_set_default, lock inside C)."""
 
     def __init__(self, lib: ct.CDLL, dp: int) -> None:
         self._lib = lib
@@ -306,7 +307,9 @@ class Mirror:
             data[:] = list(e.data)
         return addr
 
-    def _set_members(self, t: tb.Table, e: tb.Entry, addr: int) -> None:
+    def _members(self, t: tb.Table, e: tb.Entry) -> tuple[int, int, Any, int]:
+        """An indirect table entry's members as og_entry_insert and og_entry_set_members take
+        them: (count, stride, words, is_group)."""
         stride = self.stride[t.name]
         members: tuple[tb.Member, ...] = ()
         is_group = 0
@@ -320,7 +323,7 @@ class Mirror:
             words[i * stride] = m.action.id
             for j, v in enumerate(m.data):
                 words[i * stride + 1 + j] = v
-        self.lib.og_entry_set_members(addr, len(members), stride, words, is_group)
+        return len(members), stride, words, is_group
 
     def _blob(self, t: tb.Table, e: tb.Entry) -> bytes:
         """The entry as og_entry_insert reads it (og_dp.c): action, data, meter, counters,
@@ -356,12 +359,12 @@ class Mirror:
 
     def entry_added(self, t: tb.Table, e: tb.Entry) -> None:
         blob = self._blob(t, e)
-        with self.clock:
-            addr = self.lib.og_entry_insert(self.dp, self.index[t.name], blob)
+        # og_entry_insert/og_entry_remove/og_dp_set_default take the C lock themselves: held
+        # from Python, it would be held while this thread waits for the GIL
+        members = self._members(t, e) if t.impl != "simple" else (0, 0, None, 0)
+        addr = self.lib.og_entry_insert(self.dp, self.index[t.name], blob, *members)
         if not addr:
             raise MemoryError(f"table {t.name!r}: cannot add a native entry")
-        if t.impl != "simple":
-            self._set_members(t, e, addr)
         if e.ctr is not None:
             e.ctr = CounterView(addr)  # type: ignore[assignment]
         if e.meter is not None:
@@ -383,8 +386,7 @@ class Mirror:
         blob = self.blobs.pop(id(e))
         self.seen_hit.pop(id(e), None)
         _detach(e)
-        with self.clock:
-            self.lib.og_entry_remove(self.dp, self.index[t.name], addr, blob)
+        self.lib.og_entry_remove(self.dp, self.index[t.name], addr, blob)
 
     def cleared(self, t: tb.Table, entries: list[tb.Entry]) -> None:
         for e in entries:
@@ -393,10 +395,7 @@ class Mirror:
     def default_set(self, t: tb.Table) -> None:
         addr = self._default_entry(t.default) if t.default is not None else 0
         old = self.defaults.pop(t.name, 0)
-        with self.clock:
-            self.lib.og_dp_set_default(self.dp, self.index[t.name], addr or None)
-            if old:
-                self.lib.og_entry_free(old)
+        self.lib.og_dp_set_default(self.dp, self.index[t.name], addr or None, old or None)
         if addr:
             self.defaults[t.name] = addr
 
@@ -406,7 +405,7 @@ class Mirror:
                 for e in t.entries.values():
                     addr = self.c_of.get(id(e))
                     if addr is not None:
-                        self._set_members(t, e, addr)
+                        self.lib.og_entry_set_members(self.dp, addr, *self._members(t, e))
 
     def sync_hit(self, e: tb.Entry) -> None:
         """Copy a hit C saw since the last look into the Python entry (whose last_hit Python

@@ -131,8 +131,13 @@ OG_API void og_dp_clear_registers(og_dp *dp) {
     pthread_mutex_unlock(&dp->lock);
 }
 
-OG_API void og_dp_set_default(og_dp *dp, uint32_t i, og_entry *e) {
+/* Set table i's default entry (NULL: none) under the lock, and free the one it replaces
+ * (`old`, NULL if none) once no packet can be using it. */
+OG_API void og_dp_set_default(og_dp *dp, uint32_t i, og_entry *e, og_entry *old) {
+    pthread_mutex_lock(&dp->lock);
     if (i < OG_NTABLES) dp->def[i] = e;
+    pthread_mutex_unlock(&dp->lock);
+    if (old) og_entry_free(old);
 }
 OG_API uint64_t *og_dp_register(og_dp *dp, uint32_t i) { return i < OG_NREGS ? dp->reg[i] : NULL; }
 OG_API uint64_t *og_dp_counter(og_dp *dp, uint32_t i) { return i < OG_NCTRS ? dp->ctr[i] : NULL; }
@@ -162,19 +167,34 @@ OG_API void og_entry_free(og_entry *e) {
     free(e);
 }
 
-OG_API int og_entry_set_members(og_entry *e, uint32_t n, uint32_t stride, const uint64_t *words,
-                                uint32_t is_group) {
-    uint64_t *copy = NULL;
-    if (n) {
-        copy = malloc((size_t)n * stride * sizeof(uint64_t));
-        if (!copy) return -1;
-        memcpy(copy, words, (size_t)n * stride * sizeof(uint64_t));
-    }
-    free(e->members);
+static void og_entry_put_members(og_entry *e, uint64_t *copy, uint32_t n, uint32_t stride,
+                                 uint32_t is_group) {
     e->members = copy;
     e->nmembers = n;
     e->stride = stride;
     e->is_group = is_group;
+}
+
+static int og_members_copy(uint32_t n, uint32_t stride, const uint64_t *words, uint64_t **copy) {
+    *copy = NULL;
+    if (!n) return 0;
+    *copy = malloc((size_t)n * stride * sizeof(uint64_t));
+    if (!*copy) return -1;
+    memcpy(*copy, words, (size_t)n * stride * sizeof(uint64_t));
+    return 0;
+}
+
+/* Replace the members (action profile member or group) of an entry that is in a table: the swap
+ * under the lock, since packets read them; the old copy freed after. */
+OG_API int og_entry_set_members(og_dp *dp, og_entry *e, uint32_t n, uint32_t stride,
+                                const uint64_t *words, uint32_t is_group) {
+    uint64_t *copy;
+    if (og_members_copy(n, stride, words, &copy)) return -1;
+    pthread_mutex_lock(&dp->lock);
+    uint64_t *old = e->members;
+    og_entry_put_members(e, copy, n, stride, is_group);
+    pthread_mutex_unlock(&dp->lock);
+    free(old);
     return 0;
 }
 
@@ -227,12 +247,25 @@ static const uint64_t *og_blob_keys(const uint64_t *w, uint64_t *prio, uint32_t 
     return p + 2;
 }
 
-OG_API og_entry *og_entry_insert(og_dp *dp, uint32_t ti, const void *blob) {
+/* Table changes take the data plane's lock themselves, for as long as the change itself: the
+ * Python caller must not hold it around the call, since a Python thread holding it could wait for
+ * the GIL meanwhile and so keep the polling thread's packets waiting (on a loaded machine, long
+ * enough to overflow the receive rings). The entry is built before the lock is taken, with its
+ * members (`members`: nmembers rows of `stride` words, action id then data; NULL for a direct
+ * entry). */
+OG_API og_entry *og_entry_insert(og_dp *dp, uint32_t ti, const void *blob, uint32_t nmembers,
+                                 uint32_t stride, const uint64_t *members, uint32_t is_group) {
     const uint64_t *w = blob; /* Python bytes objects are 8-byte aligned */
     uint64_t ndata = w[1];
     int64_t meter_packets = (int64_t)w[2 + ndata];
     og_entry *e = og_entry_new((uint32_t)ndata, (int32_t)meter_packets);
     if (!e) return NULL;
+    uint64_t *copy; /* an indirect table's entry has its members before any packet can see it */
+    if (og_members_copy(nmembers, stride, members, &copy)) {
+        og_entry_free(e);
+        return NULL;
+    }
+    og_entry_put_members(e, copy, nmembers, stride, is_group);
     e->action = (int32_t)(int64_t)w[0];
     memcpy(e->data, w + 2, ndata * sizeof(uint64_t));
     e->last_hit = (int64_t)w[3 + ndata];
@@ -241,22 +274,31 @@ OG_API og_entry *og_entry_insert(og_dp *dp, uint32_t ti, const void *blob) {
     uint64_t prio;
     uint32_t n;
     const uint64_t *k = og_blob_keys(w, &prio, &n);
-    if (ti >= OG_NTABLES ||
-        og_table_add(dp->t[ti], e, k, k + n, k + 2 * n, k + 3 * n, (int64_t)prio) != 0) {
+    int rc = -1;
+    if (ti < OG_NTABLES) {
+        pthread_mutex_lock(&dp->lock);
+        rc = og_table_add(dp->t[ti], e, k, k + n, k + 2 * n, k + 3 * n, (int64_t)prio);
+        pthread_mutex_unlock(&dp->lock);
+    }
+    if (rc != 0) {
         og_entry_free(e);
         return NULL;
     }
     return e;
 }
 
-/* Take an entry made by og_entry_insert out of its table (same blob) and free it. */
+/* Take an entry made by og_entry_insert out of its table (same blob), under the lock, and free
+ * it. */
 OG_API int og_entry_remove(og_dp *dp, uint32_t ti, og_entry *e, const void *blob) {
     uint64_t prio;
     uint32_t n;
     const uint64_t *k = og_blob_keys(blob, &prio, &n);
-    int rc = ti < OG_NTABLES
-                 ? og_table_remove(dp->t[ti], e, k, k + n, k + 2 * n, k + 3 * n, (int64_t)prio)
-                 : -1;
+    int rc = -1;
+    if (ti < OG_NTABLES) {
+        pthread_mutex_lock(&dp->lock);
+        rc = og_table_remove(dp->t[ti], e, k, k + n, k + 2 * n, k + 3 * n, (int64_t)prio);
+        pthread_mutex_unlock(&dp->lock);
+    }
     og_entry_free(e);
     return rc;
 }
