@@ -10,6 +10,7 @@ there is one).
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import struct
 import subprocess
@@ -114,6 +115,7 @@ def binary() -> Path:
     known = _BINARIES.get("sender")
     if known is None or not known.exists():
         workdir = Path(tempfile.mkdtemp(prefix="og-csender-"))
+        atexit.register(shutil.rmtree, workdir, True)  # each process left one behind in /tmp
         (workdir / "sender.c").write_text(SOURCE)
         out = workdir / "sender"
         subprocess.run(

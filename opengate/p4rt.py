@@ -133,8 +133,10 @@ class P4RuntimeClient:
 
     # -- connection ---------------------------------------------------------------------
 
-    def connect(self, timeout: float = 10.0) -> P4RuntimeClient:
-        """Open the channel and the stream, and send arbitration; wait for the answer."""
+    def connect(self, timeout: float = 10.0, stream: bool = True) -> P4RuntimeClient:
+        """Open the channel and the stream, and send arbitration; wait for the answer. With
+        `stream=False`, the channel only: enough for reads, which need no arbitration, and it
+        does not contend for the primary role with the controller."""
         self._channel = grpc.insecure_channel(
             self.address,
             options=[
@@ -150,6 +152,8 @@ class P4RuntimeClient:
                 f"no P4Runtime server answers at {self.address} within {timeout:g}s"
             ) from None
         self._stub = p4r_grpc.P4RuntimeStub(self._channel)
+        if not stream:
+            return self
         self._stream = self._stub.StreamChannel(self._request_iterator())
         self._reader = threading.Thread(
             target=self._read_stream, name=f"p4rt-stream-{self.address}", daemon=True

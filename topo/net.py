@@ -330,7 +330,7 @@ class GatewayNetwork:
         P4Runtime (reads need no primary role)."""
         schema = P4Schema.load(p4_build_dir() / "opengate.p4info.txtpb")
         address = self.net.get(npm).grpc_address
-        with P4RuntimeClient(address, election_id=1).connect() as client:
+        with P4RuntimeClient(address).connect(stream=False) as client:
             (entry,) = client.read_counter(schema.counters.get(name).preamble.id, index)
             return int(entry.data.packet_count)
 

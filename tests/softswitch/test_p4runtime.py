@@ -16,6 +16,7 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 from scapy.packet import raw
 
+from opengate.p4rt import P4RuntimeClient
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.switch import Switch
 from tests.softswitch.conftest import FIXTURES
@@ -504,3 +505,26 @@ def test_a_table_the_compiler_removed_is_accepted_and_writes_to_it_refused(
     assert "never_applied" in detail.message and "removed" in detail.message
     sw.receive(1, bytes([1, 0x11, 2, 0x22, 3, 0x33]))
     assert sent == [(2, bytes([1, 0x11, 2, 0x22, 2, 0x22]))]
+
+
+def test_a_reader_without_a_stream_reads_and_takes_no_part_in_arbitration(
+    client: Client, switch_server: Any
+) -> None:
+    """opengate.p4rt's `connect(stream=False)` (how the topology's helpers read counters beside
+    a running controller): reads answer, and the primary hears of no other controller."""
+    _, server, _ = switch_server
+    i = ids(set_pipeline(client))
+    re_ = p4r.RegisterEntry(register_id=i["MyIngress.flow_reg"])
+    re_.index.index = 3
+    re_.data.bitstring = b"\x56"
+    client.write(p4r.Update(type=p4r.Update.MODIFY, entity=p4r.Entity(register_entry=re_)))
+    with P4RuntimeClient(f"127.0.0.1:{server.port}", DEVICE, 10).connect(stream=False) as reader:
+        q = p4r.RegisterEntry(register_id=i["MyIngress.flow_reg"])
+        q.index.index = 3
+        [got] = reader.read([p4r.Entity(register_entry=q)])
+        assert got.register_entry.data.bitstring == b"\x56"
+        assert not reader.is_primary
+    # the primary is still the primary, and was told nothing: its next write succeeds and no
+    # arbitration update waits on its stream
+    client.write(p4r.Update(type=p4r.Update.MODIFY, entity=p4r.Entity(register_entry=re_)))
+    assert client.responses.empty()
