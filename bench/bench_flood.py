@@ -171,14 +171,19 @@ def flood(
     def throughput() -> None:
         results["mbps"] = iperf(network, max(2, seconds - 3))
 
+    def cpu() -> None:  # from 1 s into the flood to 0.5 s before its end
+        before, started = cpu_ticks(), time.monotonic()
+        time.sleep(max(0.5, seconds - 1.5))
+        results["cpu"] = cpu_shares(before, cpu_ticks(), time.monotonic() - started)
+
     threads = [threading.Thread(target=flooder), threading.Thread(target=throughput)]
     for thread in threads:
         thread.start()
     time.sleep(1)
-    cpu_before, cpu_started = cpu_ticks(), time.monotonic()
+    threads.append(threading.Thread(target=cpu))
+    threads[-1].start()
     results["connect"] = measure(network, 20, "connect")
     results["api"] = api_times(network, max(1.0, seconds - 3 - 1))
-    results["cpu"] = cpu_shares(cpu_before, cpu_ticks(), time.monotonic() - cpu_started)
     for thread in threads:
         thread.join()
     results["drops"] = drops_since(network, before)
