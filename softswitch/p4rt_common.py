@@ -75,7 +75,8 @@ class DigestConfig:
 @dataclass(slots=True)
 class DigestState:
     config: DigestConfig
-    pending: list[tuple[int, ...]] = field(default_factory=list)
+    # samples waiting for their list, in arrival order (a dict: the duplicate test is one lookup)
+    pending: dict[tuple[int, ...], None] = field(default_factory=dict)
     pending_since: int = 0
     in_flight: dict[int, tuple[int, list[tuple[int, ...]]]] = field(default_factory=dict)
     suppressed: dict[tuple[int, ...], int] = field(default_factory=dict)  # sample -> expiry ns

@@ -428,14 +428,14 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
                 return
             if not state.pending:
                 state.pending_since = now
-            state.pending.append(values)
+            state.pending[values] = None
             size = state.config.max_list_size
             if size <= 1 or len(state.pending) >= size:
                 self._flush_digest(did, state, now)
 
     def _flush_digest(self, did: int, state: DigestState, now: int) -> None:
         primary = self._primary()
-        samples, state.pending = state.pending, []
+        samples, state.pending = list(state.pending), {}
         if primary is None or not samples:
             return
         list_id = state.next_list_id

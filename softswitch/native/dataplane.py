@@ -36,6 +36,8 @@ LOG = logging.getLogger(__name__)
 DigestSink = Callable[[int, tuple[int, ...]], None]
 Emit = Callable[[int, bytes], None]
 MAX_FRAME = 65536 + 1024
+DIGEST_BATCH = 256  # digests taken from C per call
+DIGEST_FIELDS = 32  # OG_DIGEST_MAX_FIELDS (og_rt.h)
 
 
 # What the port layer lost, reported by the upcall thread (a warning at most every
@@ -137,7 +139,7 @@ def _bind(lib: ct.CDLL) -> None:
         ),
         "og_dp_io": (vp, [vp]),
         "og_dp_io_close": (None, [vp]),
-        "og_dp_pop_digest": (i32, [vp, ct.POINTER(u32), U64P, u32]),
+        "og_dp_pop_digests": (u32, [vp, ct.POINTER(u32), ct.POINTER(u32), U64P, u32]),
         "og_dp_digest_drops": (ct.c_uint64, [vp]),
         "og_dp_set_default": (None, [vp, u32, vp, vp]),
         "og_dp_register": (vp, [vp, u32]),
@@ -460,8 +462,12 @@ class NativeDataplane:
         self.clock = CLock(lib, dp)
         self._out_port = ct.c_uint32()
         self._obuf = lib.og_dp_obuf(dp)
-        self._digest_id = ct.c_uint32()
-        self._digest_values = (ct.c_uint64 * 32)()
+        # digests are taken DIGEST_BATCH at a time, by one thread at a time (the upcall thread
+        # and the callers of process() both drain)
+        self._drain_lock = threading.Lock()
+        self._digest_ids = (ct.c_uint32 * DIGEST_BATCH)()
+        self._digest_counts = (ct.c_uint32 * DIGEST_BATCH)()
+        self._digest_values = (ct.c_uint64 * (DIGEST_BATCH * DIGEST_FIELDS))()
         self._io = 0
         self._io_thread: threading.Thread | None = None
         self._io_stop: tuple[int, int] | None = None
@@ -510,14 +516,16 @@ class NativeDataplane:
 
     def drain_digests(self) -> None:
         sink = self.digest_sink
-        while True:
-            n = self.lib.og_dp_pop_digest(
-                self.dp, ct.byref(self._digest_id), self._digest_values, 32
-            )
-            if n < 0:
-                return
-            if sink is not None:
-                sink(int(self._digest_id.value), tuple(self._digest_values[:n]))
+        ids, counts, values = self._digest_ids, self._digest_counts, self._digest_values
+        with self._drain_lock:
+            while True:
+                k = self.lib.og_dp_pop_digests(self.dp, ids, counts, values, DIGEST_BATCH)
+                if sink is not None:
+                    for i in range(k):
+                        start = i * DIGEST_FIELDS
+                        sink(ids[i], tuple(values[start : start + counts[i]]))
+                if k < DIGEST_BATCH:
+                    return
 
     def sync_hit(self, entry: tb.Entry) -> None:
         self.mirror.sync_hit(entry)

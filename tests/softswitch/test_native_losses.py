@@ -1,6 +1,7 @@
 """What the native port layer lost is reported: the ctypes view of og_io_stats matches og_io.h,
 and the upcall thread's report warns when a loss grows, with the totals, at most once per
-period, and sums everything up when the ports close."""
+period, and sums everything up when the ports close. (Also: the rows of the digest batch are as
+wide as C's.)"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 from ctypes import sizeof as ct_sizeof
 from pathlib import Path
 
-from softswitch.native.dataplane import IO_STATS, IoStats, LossReport
+from softswitch.native.dataplane import DIGEST_FIELDS, IO_STATS, IoStats, LossReport
 
 NATIVE = Path(__file__).resolve().parents[2] / "softswitch" / "native"
 
@@ -54,3 +55,10 @@ def test_final_summary_names_traffic_and_every_loss() -> None:
     assert text.startswith("port I/O: 100 frames received, 90 sent; lost: ")
     assert "4 slow-path frames the upcall ring could not hold" in text
     assert "1 frames not sent" in text
+
+
+def test_digest_batch_rows_are_og_rt_h_s_width() -> None:
+    header = (NATIVE / "og_rt.h").read_text()
+    width = re.search(r"#define OG_DIGEST_MAX_FIELDS (\d+)", header)
+    assert width, "no OG_DIGEST_MAX_FIELDS in og_rt.h"
+    assert int(width.group(1)) == DIGEST_FIELDS
