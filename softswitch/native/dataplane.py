@@ -129,8 +129,6 @@ def _bind(lib: ct.CDLL) -> None:
     sig: dict[str, tuple[Any, list[Any]]] = {
         "og_dp_new": (vp, []),
         "og_dp_free": (None, [vp]),
-        "og_dp_lock": (None, [vp]),
-        "og_dp_unlock": (None, [vp]),
         "og_dp_process": (i32, [vp, u32, ct.c_char_p, u32, ct.POINTER(u32)]),
         "og_dp_obuf": (vp, [vp]),
         "og_dp_io_open": (
@@ -148,9 +146,9 @@ def _bind(lib: ct.CDLL) -> None:
         "og_entry_new": (vp, [u32, i32]),
         "og_entry_free": (None, [vp]),
         "og_entry_set_members": (ct.c_int, [vp, vp, u32, u32, U64P, u32]),
-        "og_meter_configure": (None, [vp, ct.c_double, i64, ct.c_double, i64]),
-        "og_meter_clear": (None, [vp]),
-        "og_meter_execute_api": (u32, [vp, u32]),
+        "og_meter_configure": (None, [vp, vp, ct.c_double, i64, ct.c_double, i64]),
+        "og_meter_clear": (None, [vp, vp]),
+        "og_meter_execute_api": (u32, [vp, vp, u32]),
         "og_entry_insert": (vp, [vp, u32, ct.c_char_p, u32, u32, U64P, u32]),
         "og_entry_remove": (ct.c_int, [vp, u32, vp, ct.c_char_p]),
         "og_dp_clear_registers": (None, [vp]),
@@ -168,24 +166,6 @@ def _bind(lib: ct.CDLL) -> None:
         fn.argtypes = args
     if lib.og_sizeof_entry() != ct.sizeof(CEntry) or lib.og_sizeof_meter() != ct.sizeof(CMeter):
         raise BuildError("the C entry/meter layout differs from the Python one")
-
-
-class CLock:
-    """The C data plane's mutex, for Python: held only around a change of C state the C API does
-    not lock itself (a meter's configuration), never while Python iterates, so the polling thread
-    waits at most one such change (and whatever GIL wait falls inside it: the table calls,
-    og_entry_insert, og_entry_remove, og_entry_set_members, og_dp_set_default, lock inside C)."""
-
-    def __init__(self, lib: ct.CDLL, dp: int) -> None:
-        self._lib = lib
-        self._dp = dp
-
-    def __enter__(self) -> CLock:
-        self._lib.og_dp_lock(self._dp)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._lib.og_dp_unlock(self._dp)
 
 
 class CounterView:
@@ -233,31 +213,30 @@ class CounterView:
 class NativeMeter(Meter):
     """A meter whose state is a C `og_meter`: configured from Python, executed in C."""
 
-    __slots__ = ("_addr", "_clock", "_lib")
+    __slots__ = ("_addr", "_dp", "_lib")
 
-    def __init__(self, lib: ct.CDLL, clock: CLock, addr: int, packets: bool) -> None:
+    def __init__(self, lib: ct.CDLL, dp: int, addr: int, packets: bool) -> None:
         super().__init__(packets)
         self._lib = lib
-        self._clock = clock
+        self._dp = dp
         self._addr: int | None = addr
 
     def configure(self, cir: int, cburst: int, pir: int, pburst: int) -> None:
         super().configure(cir, cburst, pir, pburst)
         if self._addr is not None:
-            with self._clock:
-                self._lib.og_meter_configure(self._addr, float(cir), cburst, float(pir), pburst)
+            self._lib.og_meter_configure(
+                self._dp, self._addr, float(cir), cburst, float(pir), pburst
+            )
 
     def clear(self) -> None:
         super().clear()
         if self._addr is not None:
-            with self._clock:
-                self._lib.og_meter_clear(self._addr)
+            self._lib.og_meter_clear(self._dp, self._addr)
 
     def execute(self, nbytes: int) -> int:
         if self._addr is None:
             return super().execute(nbytes)
-        with self._clock:
-            return int(self._lib.og_meter_execute_api(self._addr, nbytes))
+        return int(self._lib.og_meter_execute_api(self._dp, self._addr, nbytes))
 
     def detach(self) -> None:
         self._addr = None
@@ -274,12 +253,9 @@ def _detach(e: tb.Entry) -> None:
 class Mirror:
     """Keeps the C tables equal to the Python ones (softswitch.tables.Table.observer)."""
 
-    def __init__(
-        self, lib: ct.CDLL, dp: int, clock: CLock, cprog: CProgram, program: Program
-    ) -> None:
+    def __init__(self, lib: ct.CDLL, dp: int, cprog: CProgram, program: Program) -> None:
         self.lib = lib
         self.dp = dp
-        self.clock = clock
         self.program = program
         self.c_of: dict[int, int] = {}  # id(entry) -> its C address
         self.blobs: dict[int, bytes] = {}  # id(entry) -> what og_entry_insert was given
@@ -361,8 +337,6 @@ class Mirror:
 
     def entry_added(self, t: tb.Table, e: tb.Entry) -> None:
         blob = self._blob(t, e)
-        # og_entry_insert/og_entry_remove/og_dp_set_default take the C lock themselves: held
-        # from Python, it would be held while this thread waits for the GIL
         members = self._members(t, e) if t.impl != "simple" else (0, 0, None, 0)
         addr = self.lib.og_entry_insert(self.dp, self.index[t.name], blob, *members)
         if not addr:
@@ -372,7 +346,7 @@ class Mirror:
         if e.meter is not None:
             meter_addr = ct.c_void_p.from_address(addr + METER_OFFSET).value
             if meter_addr:
-                native = NativeMeter(self.lib, self.clock, meter_addr, e.meter.packets)
+                native = NativeMeter(self.lib, self.dp, meter_addr, e.meter.packets)
                 cfg = e.meter.config()
                 if cfg is not None:
                     native.configure(*cfg)
@@ -456,10 +430,9 @@ class NativeDataplane:
             raise MemoryError("cannot allocate the native data plane")
         self.dp: int = dp
         # Python's lock (as the Python engine's): P4Runtime writes, reads and timers one at a time;
-        # the C mutex is taken only around changes of C state (CLock) and by each packet in C.
+        # the C mutex is taken inside C: by each packet, and by each call that changes C state.
         self.lock = threading.RLock()
         self._process_lock = threading.Lock()  # one Python caller of og_dp_process at a time
-        self.clock = CLock(lib, dp)
         self._out_port = ct.c_uint32()
         self._obuf = lib.og_dp_obuf(dp)
         # digests are taken DIGEST_BATCH at a time, by one thread at a time (the upcall thread
@@ -474,7 +447,7 @@ class NativeDataplane:
         self.emit: Emit | None = None
         with self.lock:
             self._bind_externs()
-            self.mirror = Mirror(lib, dp, self.clock, cprog, program)
+            self.mirror = Mirror(lib, dp, cprog, program)
 
     def _bind_externs(self) -> None:
         prog, lib, dp = self.program, self.lib, self.dp
@@ -499,7 +472,7 @@ class NativeDataplane:
             size = ct.sizeof(CMeter)
             natives: list[Meter] = []
             for i, old in enumerate(mtr.meters):
-                nm = NativeMeter(lib, self.clock, base + i * size, mtr.packets)
+                nm = NativeMeter(lib, dp, base + i * size, mtr.packets)
                 cfg = old.config()
                 if cfg is not None:
                     nm.configure(*cfg)

@@ -38,8 +38,9 @@ OG_API void og_dp_free(og_dp *dp) {
     free(dp);
 }
 
-OG_API void og_dp_lock(og_dp *dp) { pthread_mutex_lock(&dp->lock); }
-OG_API void og_dp_unlock(og_dp *dp) { pthread_mutex_unlock(&dp->lock); }
+/* Every function Python calls that changes state packets read takes dp->lock itself, for the
+ * change only: Python never holds it, so a Python thread waiting for the GIL cannot hold up the
+ * polling thread. */
 
 /* One frame through the pipeline under the data plane's lock: the output frame's length in obuf
  * (-1: dropped). *fresh_digests tells whether the frame made the digest ring non-empty. */
@@ -204,7 +205,9 @@ OG_API int og_entry_set_members(og_dp *dp, og_entry *e, uint32_t n, uint32_t str
     return 0;
 }
 
-OG_API void og_meter_configure(og_meter *m, double cir, int64_t cburst, double pir, int64_t pburst) {
+OG_API void og_meter_configure(og_dp *dp, og_meter *m, double cir, int64_t cburst, double pir,
+                               int64_t pburst) {
+    pthread_mutex_lock(&dp->lock);
     m->rate[0] = pir;
     m->burst[0] = pburst;
     m->rate[1] = cir;
@@ -214,11 +217,20 @@ OG_API void og_meter_configure(og_meter *m, double cir, int64_t cburst, double p
     m->tokens_last[0] = m->tokens_last[1] = 0;
     m->origin = og_now_ns();
     m->configured = 1;
+    pthread_mutex_unlock(&dp->lock);
 }
 
-OG_API void og_meter_clear(og_meter *m) { m->configured = 0; }
-OG_API uint32_t og_meter_execute_api(og_meter *m, uint32_t nbytes) {
-    return (uint32_t)og_meter_execute(m, nbytes, og_now_ns());
+OG_API void og_meter_clear(og_dp *dp, og_meter *m) {
+    pthread_mutex_lock(&dp->lock);
+    m->configured = 0;
+    pthread_mutex_unlock(&dp->lock);
+}
+
+OG_API uint32_t og_meter_execute_api(og_dp *dp, og_meter *m, uint32_t nbytes) {
+    pthread_mutex_lock(&dp->lock);
+    uint32_t color = (uint32_t)og_meter_execute(m, nbytes, og_now_ns());
+    pthread_mutex_unlock(&dp->lock);
+    return color;
 }
 
 OG_API uint32_t og_sizeof_entry(void) { return (uint32_t)sizeof(og_entry); }
@@ -253,10 +265,9 @@ static const uint64_t *og_blob_keys(const uint64_t *w, uint64_t *prio, uint32_t 
     return p + 2;
 }
 
-/* Table changes take the data plane's lock themselves, for as long as the change itself: the
- * Python caller must not hold it around the call, since a Python thread holding it could wait for
- * the GIL meanwhile and so keep the polling thread's packets waiting (on a loaded machine, long
- * enough to overflow the receive rings). The entry is built before the lock is taken, with its
+/* Under the lock for the table change only (see the note above og_dp_run: a Python holder could
+ * wait for the GIL, long enough on a loaded machine to overflow the receive rings). The entry is
+ * built before the lock is taken, with its
  * members (`members`: nmembers rows of `stride` words, action id then data; NULL for a direct
  * entry). */
 OG_API og_entry *og_entry_insert(og_dp *dp, uint32_t ti, const void *blob, uint32_t nmembers,
