@@ -42,6 +42,25 @@ POLICIES = {
     "cpm": "masqueraded by the CPM",
 }
 
+
+def policy_variants(text: str) -> dict[str, str]:
+    """The policies these benches compare, by their `--policies` key, made from `text`."""
+    return {
+        "routed": without_masquerade(text),
+        "npm": text,
+        "cpm": with_controller_nat(text),
+    }
+
+
+def chosen_policies(parser: argparse.ArgumentParser, value: str) -> list[str]:
+    """The `--policies` keys in `value` (comma-separated); an unknown one stops with an error."""
+    chosen = [p.strip() for p in value.split(",") if p.strip()]
+    unknown = [p for p in chosen if p not in POLICIES]
+    if unknown:
+        parser.error(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICIES)}")
+    return chosen
+
+
 FLOOD_PAYLOAD = b"x" * 10
 
 
@@ -198,10 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--policies", default=",".join(POLICIES), help="routed,npm,cpm")
     args = parser.parse_args(argv)
-    chosen = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = [p for p in chosen if p not in POLICIES]
-    if unknown:
-        parser.error(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICIES)}")
+    chosen = chosen_policies(parser, args.policies)
     if os.geteuid() != 0:
         print("bench_flood: skipped, Mininet needs root")
         return 0
@@ -213,11 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     with GatewayNetwork(spec, root / "run" / "bench-flood", target=choice) as network:
         running = network.api("GET", "/api/v1/policy")
         path = str(spec.policy)
-        texts = {
-            "routed": without_masquerade(running["text"]),
-            "npm": running["text"],
-            "cpm": with_controller_nat(running["text"]),
-        }
+        texts = policy_variants(running["text"])
         for name, text in ((POLICIES[key], texts[key]) for key in chosen):
             network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": text})
             alone = iperf(network, max(2, args.seconds - 3))
