@@ -11,7 +11,9 @@ the IDS set (all 3,488, commented ones included; HOME_NET the RFC 1918 networks,
   tables are the same as IPP's; the segment tables and the lookups differ;
 * when the HSM tables do not fit a bank (half of each table's size in p4src/include/sizes.p4),
   the entries they would need (measured without building them) and the remedy the compiler
-  applies: the naive (ternary) profile;
+  applies: the hybrid (a second ACL partition, then the fewest rules spilled into the spill
+  tables), compiled as the controller does, with its time, spilled rules, fill of each table's
+  bank, lookups and memory accesses per packet; or why it does not fit;
 * the naive profile (acl_naive + ids_naive) for every set.
 
     .venv/bin/python -m bench.bench_hsm [--sets acl1_1k,...] [--home-net any]
@@ -25,6 +27,7 @@ import argparse
 import resource
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -32,8 +35,16 @@ from pathlib import Path
 
 from controller.hsm.compile import TableOverflow, compile_hsm, measure_hsm
 from controller.hsm.naive import compile_naive
-from controller.hsm.rules import parse_classbench
+from controller.hsm.rules import AclRule, IdsRule, parse_classbench
+from controller.hsm.schema import (
+    ACL2_CHAIN,
+    ACL_CHAIN,
+    IDS_CHAIN,
+    SEGMENT_TABLES,
+    table_capacity,
+)
 from controller.hsm.snort_header import load_ids_file
+from controller.hsm.tables import compile_tables
 from opengate.snort.header import SnortVariables
 from opengate.target import shared_data_dir
 
@@ -66,6 +77,15 @@ class Result:
     naive_bytes: int = 0
     naive_seconds: float = 0.0
     peak_mib: float = 0.0
+    hybrid_seconds: float = 0.0
+    hybrid_error: str = ""
+    acl2_terms: int = 0
+    acl_spilled: int = 0
+    ids_spilled: int = 0
+    hybrid_tables: dict[str, int] = field(default_factory=dict)
+    hybrid_bytes: int = 0
+    hybrid_lookups: int = 0
+    hybrid_accesses: int = 0
 
 
 def run_one(name: str, data: str, home_net: str) -> Result:
@@ -92,6 +112,7 @@ def run_one(name: str, data: str, home_net: str) -> Result:
         sizes = measure_hsm(acl, ids)
         result.measure_seconds = time.perf_counter() - started
         result.needed = {table: str(size) for table, size in sizes.items()}
+        _hybrid(result, acl, ids)
     else:
         result.ipp_seconds = time.perf_counter() - started
         result.fits = True
@@ -122,6 +143,29 @@ def run_one(name: str, data: str, home_net: str) -> Result:
     result.naive_bytes = naive.stats.total_bytes
     result.peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return result
+
+
+def _hybrid(result: Result, acl: Sequence[AclRule], ids: Sequence[IdsRule]) -> None:
+    """What the controller installs when HSM alone does not fit: the hybrid."""
+    started = time.perf_counter()
+    try:
+        compiled = compile_tables(acl, ids, fallback=False)
+    except TableOverflow as overflow:
+        result.hybrid_error = str(overflow)
+    else:
+        stats = compiled.stats
+        result.acl2_terms = stats.acl2_terms
+        result.acl_spilled, result.ids_spilled = stats.acl_spilled, stats.ids_spilled
+        result.hybrid_tables = {t.table: t.entries for t in stats.tables}
+        result.hybrid_bytes = stats.total_bytes
+        result.hybrid_lookups = stats.lookups_per_packet
+        result.hybrid_accesses = stats.memory_accesses()
+    result.hybrid_seconds = time.perf_counter() - started
+
+
+def _fill(r: Result, *tables: str) -> str:
+    """Entries of the fullest of `tables`, as a share of its bank."""
+    return f"{max(r.hybrid_tables.get(t, 0) / (table_capacity(t) // 2) for t in tables):.0%}"
 
 
 def _kb(n: int) -> str:
@@ -198,6 +242,32 @@ def report(results: list[Result], home_net: str) -> None:
             "final table), counting exactly would take too long; n/a: not measured because the "
             "address-pair table before it was already estimated.\n"
         )
+        print("### The hybrid the controller installs for them\n")
+        print(
+            "| set | ACL rules | second partition (terms) | spilled ACL / IDS (share of the "
+            "ACL) | compile (s) | fullest segment table | ACL chains' fullest table | IDS chain's "
+            "fullest table | KiB | lookups/pkt | memory accesses/pkt |"
+        )
+        print("|" + "---|" * 11)
+        for r in over:
+            if r.hybrid_error:
+                print(
+                    f"| {r.name} | {r.acl_rules:,} | does not fit: {r.hybrid_error} | | "
+                    f"{r.hybrid_seconds:.1f} | | | | | | |"
+                )
+                continue
+            segments = [t.name for t in SEGMENT_TABLES]
+            acl_tables = [
+                t for c in (ACL_CHAIN, ACL2_CHAIN) for t in (c.addr_pair, c.port_pair, c.final)
+            ]
+            ids_tables = [IDS_CHAIN.addr_pair, IDS_CHAIN.port_pair, IDS_CHAIN.final]
+            print(
+                f"| {r.name} | {r.acl_rules:,} | {r.acl2_terms:,} | {r.acl_spilled} / "
+                f"{r.ids_spilled} ({r.acl_spilled / r.acl_rules:.1%}) | {r.hybrid_seconds:.1f} | "
+                f"{_fill(r, *segments)} | {_fill(r, *acl_tables)} | {_fill(r, *ids_tables)} | "
+                f"{_kb(r.hybrid_bytes)} | {r.hybrid_lookups} | {r.hybrid_accesses} |"
+            )
+        print()
     print("### Ternary baseline (naive profile, -DWITH_NAIVE_ACL)\n")
     print("| set | acl_naive entries | ids_naive entries | KiB | compile (s) | lookups/pkt |")
     print("|---|---|---|---|---|---|")

@@ -226,7 +226,7 @@ def entry_updates(schema: P4Schema, entries: Iterable[TableEntry]) -> list[p4r.U
 def build_workload(schema: P4Schema) -> Workload:
     rules = parse_classbench(shared_data_dir() / CLASSBENCH)
     started = time.perf_counter()
-    compiled = compile_hsm(rules, [])
+    compiled = compile_hsm(rules, [], partitioned=True)  # the v1model program: a hybrid
     compile_seconds = time.perf_counter() - started
     updates = entry_updates(schema, base_entries() + session_entries() + list(compiled.entries))
     hits = [_frame(*session_flow(i)[:2], 6, *session_flow(i)[2:]) for i in range(SESSIONS)]

@@ -20,11 +20,11 @@ from controller.hsm.update import ClassifierBanks, UpdatePlan, Write, entry_vers
 from controller.policy import Policy
 from opengate.entries import TableEntry
 
-# The banked classification tables: HSM's, and the hybrid's spill tables where the program has
-# them (v1model builds).
+# The banked classification tables: HSM's, and the hybrid's second ACL partition and spill tables
+# where the program has them (v1model builds).
 CLASSIFICATION_TABLES: tuple[str, ...] = (
     *hsm_schema.HSM_TABLES,
-    *hsm_schema.SPILL_TABLES.values(),
+    *hsm_schema.HYBRID_TABLES,
 )
 
 __all__ = [

@@ -175,9 +175,8 @@ def _compile(args: argparse.Namespace, inputs: _Inputs) -> CompiledTables:
     limits, hybrid = None, True
     if getattr(args, "p4info", None):
         limits = limits_from_p4info(Path(args.p4info))
-        spill = schema.SPILL_TABLES.values()
-        hybrid = any(t in limits for t in spill)
-        limits = {**{t: 0 for t in spill}, **limits}
+        hybrid = any(t in limits for t in schema.SPILL_TABLES.values())
+        limits = {**{t: 0 for t in schema.HYBRID_TABLES}, **limits}
     with _progress() as progress:
         try:
             return compile_tables(
@@ -199,7 +198,7 @@ def limits_from_p4info(path: Path) -> dict[str, int]:
         info = P4Schema.load(path).p4info
     except (OSError, UnicodeDecodeError, text_format.ParseError, DecodeError) as exc:
         raise ConfigError(f"--p4info {path}: {exc}") from None
-    wanted = {*schema.HSM_TABLES, *schema.SPILL_TABLES.values(), schema.ACL_NAIVE, schema.IDS_NAIVE}
+    wanted = {*schema.HSM_TABLES, *schema.HYBRID_TABLES, schema.ACL_NAIVE, schema.IDS_NAIVE}
     limits: dict[str, int] = {}
     for table in info.tables:
         name = table.preamble.name.rpartition(".")[2]
@@ -276,6 +275,11 @@ def _print_stats(args: argparse.Namespace, inputs: _Inputs, compiled: CompiledTa
         "rules that can never be a first match are dropped)"
     )
     print(f"profile: {stats.profile}")
+    if stats.acl2_terms:
+        print(
+            f"  hybrid: {stats.acl2_terms} ACL terms in the second partition (acl2_* tables: the "
+            "rules wider in the source than in the destination)"
+        )
     if stats.spilled:
         print(
             f"  hybrid: {stats.acl_spilled} ACL and {stats.ids_spilled} IDS rules spilled into "

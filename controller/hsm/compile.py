@@ -207,8 +207,11 @@ class TableOverflow(Exception):  # noqa: N818 (it is an outcome the caller handl
 
 
 def default_limits() -> dict[str, int]:
-    """Half of each table's size: both banks must fit during an update."""
-    return {name: schema.table_capacity(name) // 2 for name in schema.HSM_TABLES}
+    """Half of each table's size: both banks must fit during an update (the second ACL
+    partition's tables too; the spill tables are `hybrid.spill_limits`)."""
+    return {
+        name: schema.table_capacity(name) // 2 for name in (*schema.HSM_TABLES, *schema.ACL2_TABLES)
+    }
 
 
 # -- equivalence classes -----------------------------------------------------------------------
@@ -674,6 +677,8 @@ def compile_hsm(
     progress: Progress | None = None,
     skip_acl: Container[int] = (),
     skip_ids: Container[int] = (),
+    partitioned: bool = False,
+    acl2: Container[int] = (),
 ) -> CompiledTables:
     """Compile both rule sets into the HSM/IPP tables of bank `version`.
 
@@ -681,14 +686,21 @@ def compile_hsm(
     numbers, so the update to that bank is small. `limits`: entries per table per bank (default
     half of each table's size); raises `TableOverflow` when a table would not fit. `skip_acl`,
     `skip_ids`: rules left out (positions, IDS rule ids), as `acl_terms` and `ids_terms` say.
+    `partitioned`: the program has the second ACL partition (a hybrid program: the segment
+    actions then carry its index too); `acl2`: the ACL positions it holds.
     """
     started = time.perf_counter()
     budget = default_limits()
     budget.update(limits or {})
+    if acl2 and not partitioned:
+        raise ValueError("a second ACL partition needs a program that has one (partitioned)")
+    acl_all = acl_terms(acl, skip_acl)
     sides = [
-        _Side(schema.ACL_SIDE, acl_terms(acl, skip_acl)),
+        _Side(schema.ACL_SIDE, [t for t in acl_all if t.rule_id not in acl2]),
         _Side(schema.IDS_SIDE, ids_terms(ids, skip_ids)),
     ]
+    if partitioned:
+        sides.append(_Side(schema.ACL2_SIDE, [t for t in acl_all if t.rule_id in acl2]))
     hints = reuse.index_hints() if reuse is not None and reuse.profile is Profile.HSM else {}
     uids = {side.name: side.uids() for side in sides}
     phases: list[tuple[str, float]] = []
@@ -779,8 +791,9 @@ def compile_hsm(
         profile=Profile.HSM.value,
         acl_rules=len(acl),
         ids_rules=len(ids),
-        acl_terms=len(sides[0].terms),
+        acl_terms=len(acl_all),
         ids_terms=len(sides[1].terms),
+        acl2_terms=len(sides[2].terms) if partitioned else 0,
         tables=table_stats(entries),
         classes={f"{side}.{level}": len(sets) for (side, level), sets in class_sets.items()},
         segment_entries_alone=_segments_alone(sides),
@@ -810,8 +823,11 @@ def _emit(
     vkey: tuple[str, MatchValue] = (schema.VERSION_KEY, _EXACT[version])
     out: list[TableEntry] = []
     for seg in schema.SEGMENT_TABLES:
-        acl_num = numbers[(schema.ACL_SIDE, seg.field)]
-        ids_num = numbers[(schema.IDS_SIDE, seg.field)]
+        # one index per side; parameters in name order, as TableEntry.make and decoding give them
+        nums = sorted(
+            (f"{side.name}_index", s, numbers[(side.name, seg.field)])
+            for s, side in enumerate(sides)
+        )
         for a, b, proto_priority, labels in segments[seg.field]:
             value: MatchValue
             priority = 0
@@ -823,10 +839,7 @@ def _emit(
             else:
                 value = Ternary(a, b)
                 priority = proto_priority
-            params = (
-                intern.param("acl_index", acl_num[labels[0]]),
-                intern.param("ids_index", ids_num[labels[1]]),
-            )
+            params = tuple(intern.param(name, num[labels[s]]) for name, s, num in nums)
             match = _ordered((seg.key, value), vkey)
             out.append(TableEntry(seg.name, match, seg.action, params, priority))
     for side in sides:

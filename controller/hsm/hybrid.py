@@ -38,6 +38,7 @@ from controller.hsm.compile import (
     MatchTerm,
     Progress,
     TableOverflow,
+    _ordered,
     acl_terms,
     compile_hsm,
     default_limits,
@@ -45,7 +46,7 @@ from controller.hsm.compile import (
 )
 from controller.hsm.naive import naive_entries
 from controller.hsm.rules import AclRule, IdsRule
-from controller.hsm.spill_cost import TableBudgets, choose_spill
+from controller.hsm.spill_cost import TableBudgets, choose_spill, take_census
 from controller.hsm.stats import table_stats
 from opengate.entries import Exact, TableEntry
 from opengate.fields import PortRange, Prefix, prefix_mask
@@ -63,10 +64,12 @@ SHRINK_SECONDS = 20.0
 
 @dataclass(frozen=True, slots=True)
 class SpillPlan:
-    """The rules kept out of HSM: ACL positions and IDS rule ids."""
+    """The rules kept out of HSM (ACL positions and IDS rule ids), and the ACL positions HSM's
+    second partition holds (the rest of the ACL being in the first)."""
 
     acl: frozenset[int] = frozenset()
     ids: frozenset[int] = frozenset()
+    acl2: frozenset[int] = frozenset()
 
 
 def spill_limits() -> dict[str, int]:
@@ -90,19 +93,71 @@ def compile_hybrid(
     started = time.perf_counter()
     budget = {**spill_limits(), **(limits or {})}
     hsm_limits = {k: v for k, v in budget.items() if k not in schema.SPILL_TABLES.values()}
+    partitioned = {**default_limits(), **hsm_limits}.get(schema.ACL2_CHAIN.final, 0) > 0
     try:
         return compile_hsm(
-            acl, ids, version=version, reuse=reuse, limits=hsm_limits, progress=progress
+            acl,
+            ids,
+            version=version,
+            reuse=reuse,
+            limits=hsm_limits,
+            progress=progress,
+            partitioned=partitioned,
         )
     except TableOverflow as caught:
         first = caught
     terms = {schema.ACL_SIDE: acl_terms(acl), schema.IDS_SIDE: ids_terms(ids)}
+    acl2: frozenset[int] = frozenset()
+    if partitioned and _side_of(first.table) is not None:
+        acl2 = _second_partition(terms[schema.ACL_SIDE], {**default_limits(), **hsm_limits})
+    if acl2:
+        try:
+            tables = compile_hsm(
+                acl,
+                ids,
+                version=version,
+                reuse=reuse,
+                limits=hsm_limits,
+                progress=progress,
+                partitioned=True,
+                acl2=acl2,
+            )
+        except TableOverflow as caught:
+            LOG.info("hybrid: two ACL partitions without a spill do not fit (%s)", caught)
+            first = caught
+        else:
+            LOG.info(
+                "hybrid: %d ACL rules in the second partition, none spilled, %.1fs",
+                len(acl2),
+                time.perf_counter() - started,
+            )
+            return replace_seconds(tables, time.perf_counter() - started)
     if _side_of(first.table) is not None:  # a cross product overflowed, not a segment table
-        chosen = _chosen_by_cost(terms, budget, hsm_limits, shrink_seconds)
+        chosen = _chosen_by_cost(terms, budget, hsm_limits, shrink_seconds, acl2)
+        if chosen is None and acl2:
+            # The ranking below spills the same rules from both partitions; where the choice by
+            # cost, partition by partition, runs out of spill entries it did not fit either
+            # (fw1_10k, ipc1_10k), and it takes minutes to say so.
+            raise TableOverflow(
+                first.table,
+                first.needed,
+                first.limit,
+                note=(
+                    "with the ACL in two partitions, the rules that would have to leave HSM "
+                    "are more than the spill tables hold; the static ranking was not tried"
+                ),
+            )
         if chosen is not None:
             try:
                 tables = compile_spilled(
-                    acl, ids, chosen, version=version, reuse=reuse, limits=budget, progress=progress
+                    acl,
+                    ids,
+                    chosen,
+                    version=version,
+                    reuse=reuse,
+                    limits=budget,
+                    progress=progress,
+                    partitioned=partitioned,
                 )
             except TableOverflow as caught:
                 LOG.info("hybrid: the spill chosen by cost does not fit (%s)", caught)
@@ -137,12 +192,20 @@ def compile_hybrid(
         return SpillPlan(
             frozenset(ranked[schema.ACL_SIDE][: counts[schema.ACL_SIDE]]),
             frozenset(ranked[schema.IDS_SIDE][: counts[schema.IDS_SIDE]]),
+            acl2,
         )
 
     def attempt() -> CompiledTables | TableOverflow:
         try:
             tables = compile_spilled(
-                acl, ids, plan(), version=version, reuse=reuse, limits=budget, progress=progress
+                acl,
+                ids,
+                plan(),
+                version=version,
+                reuse=reuse,
+                limits=budget,
+                progress=progress,
+                partitioned=partitioned,
             )
         except TableOverflow as caught:
             return caught
@@ -210,24 +273,38 @@ def _chosen_by_cost(
     budget: Mapping[str, int],
     hsm_limits: Mapping[str, int],
     seconds: float,
+    acl2: frozenset[int] = frozenset(),
 ) -> SpillPlan | None:
-    """Per rule set, the spill `choose_spill` finds (None: it found none that fits)."""
-    chosen: dict[str, frozenset[int]] = {}
+    """Per chain (each ACL partition, the IDS), the spill `choose_spill` finds; the partitions
+    of the ACL share its spill table (None: no spill that fits was found)."""
+    chosen: dict[str, set[int]] = {schema.ACL_SIDE: set(), schema.IDS_SIDE: set()}
     limits = {**default_limits(), **hsm_limits}
     deadline = time.perf_counter() + seconds
-    for side, side_terms in terms.items():
-        chain = schema.CHAINS[side]
-        budgets = TableBudgets(
+    acl = terms[schema.ACL_SIDE]
+    chains = [
+        (schema.ACL_CHAIN, [t for t in acl if t.rule_id not in acl2]),
+        (schema.IDS_CHAIN, terms[schema.IDS_SIDE]),
+    ]
+    if acl2:
+        chains.append((schema.ACL2_CHAIN, [t for t in acl if t.rule_id in acl2]))
+    for chain, chain_terms in chains:
+        side = _side_of(chain.final)
+        assert side is not None
+        table_budgets = TableBudgets(
             limits[chain.addr_pair], limits[chain.port_pair], limits[chain.final]
         )
+        spent = _rows([t for t in terms[side] if t.rule_id in chosen[side]])
         choice = choose_spill(
-            side_terms,
-            budgets,
-            budget[schema.SPILL_TABLES[side]],
+            chain_terms,
+            table_budgets,
+            budget[schema.SPILL_TABLES[side]] - spent,
             seconds=max(0.0, deadline - time.perf_counter()),
         )
         LOG.debug(
-            "%s: %d rules spilled by cost, %d censuses", side, len(choice.spilled), choice.censuses
+            "%s: %d rules spilled by cost, %d censuses",
+            chain.side,
+            len(choice.spilled),
+            choice.censuses,
         )
         if choice.hopeless is not None:
             level, needed, why = choice.hopeless
@@ -237,8 +314,39 @@ def _chosen_by_cost(
             )
         if not choice.fits:
             return None
-        chosen[side] = frozenset(choice.spilled)
-    return SpillPlan(chosen[schema.ACL_SIDE], chosen[schema.IDS_SIDE])
+        chosen[side] |= set(choice.spilled)
+    return SpillPlan(frozenset(chosen[schema.ACL_SIDE]), frozenset(chosen[schema.IDS_SIDE]), acl2)
+
+
+def _rows(terms: Sequence[MatchTerm]) -> int:
+    """Entries the terms take in a ternary table (one per combination of their field values)."""
+    total = 0
+    for term in terms:
+        rows = 1
+        for values in term.fields:
+            rows *= len(values)
+        total += rows
+    return total
+
+
+def _second_partition(terms: Sequence[MatchTerm], limits: Mapping[str, int]) -> frozenset[int]:
+    """The ACL rules for HSM's second partition: none when the ACL's cross products fit in one
+    (a census says), else the rules wider in the source than in the destination.
+
+    The cross products blow up where rules wide in one address and narrow in the other meet
+    rules the other way round: each source class of the first kind pairs with each destination
+    class of the second. Apart, neither kind makes many classes on its wide side (ClassBench's
+    fw1_1k: 8,712 and 3,927 address pairs apart, over 24,000 together, and its final table 0.5
+    and 0.1 million entries apart where together it needs 25 million)."""
+    chain = schema.ACL_CHAIN
+    budgets = TableBudgets(limits[chain.addr_pair], limits[chain.port_pair], limits[chain.final])
+    if take_census(terms).fits(budgets):
+        return frozenset()
+
+    def length(term: MatchTerm, f: int) -> int:
+        return min(p.length for p in term.fields[f])  # type: ignore[union-attr]
+
+    return frozenset(t.rule_id for t in terms if length(t, 0) < length(t, 1))
 
 
 def compile_spilled(
@@ -250,8 +358,10 @@ def compile_spilled(
     reuse: CompiledTables | None = None,
     limits: Mapping[str, int] | None = None,
     progress: Progress | None = None,
+    partitioned: bool = False,
 ) -> CompiledTables:
-    """HSM over the rules `chosen` leaves, plus the spill tables holding the chosen ones."""
+    """HSM over the rules `chosen` leaves (in its two ACL partitions if `chosen.acl2`), plus the
+    spill tables holding the chosen ones. `partitioned`: the program has the second partition."""
     budget = {**spill_limits(), **(limits or {})}
     hsm_limits = {k: v for k, v in budget.items() if k not in schema.SPILL_TABLES.values()}
     spill = _spill_entries(acl, ids, chosen, version, budget)
@@ -268,6 +378,8 @@ def compile_spilled(
         progress=progress,
         skip_acl=chosen.acl | hidden_acl,
         skip_ids=chosen.ids | hidden_ids,
+        partitioned=partitioned,
+        acl2=chosen.acl2,
     )
     entries = (*tables.entries, *spill)
     stats = replace(
@@ -305,9 +417,10 @@ def _most_that_fit(ranked: Sequence[int], terms: Sequence[MatchTerm], budget: in
 
 
 def _side_of(table: str) -> str | None:
+    """The rule set (ACL or IDS) whose cross product `table` is."""
     for side, chain in schema.CHAINS.items():
         if table in (chain.addr_pair, chain.port_pair, chain.final):
-            return side
+            return schema.IDS_SIDE if side == schema.IDS_SIDE else schema.ACL_SIDE
     return None  # a segment table: both rule sets make its segments
 
 
@@ -334,7 +447,7 @@ def _spill_entries(
             raise TableOverflow(table, len(rows), budget[table])
         version_key = (schema.VERSION_KEY, Exact(version))
         out += [
-            TableEntry(r.table, (version_key, *r.match), r.action, r.params, r.priority)
+            TableEntry(r.table, _ordered(version_key, *r.match), r.action, r.params, r.priority)
             for r in rows
         ]
     return out

@@ -245,7 +245,7 @@ def _build_index(entries: Sequence[TableEntry]) -> _Index:
 
 # -- the walk ----------------------------------------------------------------------------------
 
-_SEGMENT_DEFAULT = {"acl_index": 0, "ids_index": 0}
+_SEGMENT_DEFAULT: dict[str, int] = {}  # a miss: index 0 for every side
 # (table, [(metadata field, action parameter)]) in pipeline order.
 _SEGMENT_PLAN = tuple(
     (
@@ -288,19 +288,25 @@ class Walker:
             hit = self._lookup(table, meta)
             params = dict(hit.params) if hit is not None else _SEGMENT_DEFAULT
             for field, param in outputs:
-                meta[field] = params[param]
+                # a program without the second ACL partition: no acl2_index (nor its tables)
+                meta[field] = params.get(param, 0)
         results: dict[str, TableEntry | None] = {}
         for chain in schema.CHAINS.values():
             hit = self._lookup(chain.addr_pair, meta)
             meta[chain.addr_key] = hit.params[0][1] if hit is not None else 0
             hit = self._lookup(chain.port_pair, meta)
             meta[chain.port_key] = hit.params[0][1] if hit is not None else 0
+            # the second partition's miss is no verdict (NoAction), the others' their default
             final = self._lookup(chain.final, meta) or self.state.defaults.get(chain.final)
-            # The hybrid's spilled rules: the earlier rule of the two results wins.
-            spilled = self._lookup(schema.SPILL_TABLES[chain.side], meta)
-            if spilled is not None and _rule_of(spilled) < _rule_of(final):
-                final = spilled
             results[chain.side] = final
+        # The hybrid: of the partitions' and the spill tables' results, the earliest rule wins.
+        for side, others in (
+            (schema.ACL_SIDE, (results[schema.ACL2_SIDE],)),
+            (schema.IDS_SIDE, ()),
+        ):
+            for other in (*others, self._lookup(schema.SPILL_TABLES[side], meta)):
+                if other is not None and _rule_of(other) < _rule_of(results[side]):
+                    results[side] = other
         return _result(results[schema.ACL_SIDE], results[schema.IDS_SIDE])
 
     def _classify_naive(self, packet: Packet) -> Classification:

@@ -126,6 +126,7 @@ class CompileStats:
     fallback_reason: str | None = None
     acl_spilled: int = 0  # hybrid: ACL rules in acl_spill
     ids_spilled: int = 0  # hybrid: IDS rules in ids_spill
+    acl2_terms: int = 0  # hybrid: ACL terms in the second partition (acl2_* tables)
 
     def entries(self, table: str) -> int:
         return sum(t.entries for t in self.tables if t.table == table)
@@ -146,7 +147,11 @@ class CompileStats:
     def lookups_per_packet(self) -> int:
         if self.profile == "naive":
             return 2
-        return len(schema.SEGMENT_TABLES) + 2 * 3 + (2 if self.spilled else 0)
+        return len(schema.SEGMENT_TABLES) + 2 * 3 + self._hybrid_lookups()
+
+    def _hybrid_lookups(self) -> int:
+        """The second ACL partition's chain and the spill tables, where they hold rules."""
+        return (3 if self.acl2_terms else 0) + (2 if self.spilled else 0)
 
     @property
     def separate_lookups_per_packet(self) -> int:
@@ -157,7 +162,7 @@ class CompileStats:
         if self.profile == "naive":
             return 2
         seg = sum(segment_accesses(self.entries(t.name), t.kind) for t in schema.SEGMENT_TABLES)
-        return seg + 6 + (2 if self.spilled else 0)  # a spill table: one TCAM access
+        return seg + 6 + self._hybrid_lookups()  # a spill table: one TCAM access
 
     def separate_memory_accesses(self) -> int:
         """The same for two separate HSMs (each rule set segments every field on its own)."""

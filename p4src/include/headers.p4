@@ -244,6 +244,16 @@ struct local_metadata_t {
     agg_index_t   acl_port_index;
     agg_index_t   ids_addr_index;
     agg_index_t   ids_port_index;
+#ifdef OG_HSM_SPILL
+    // The hybrid's second ACL partition (Classify): its own classes of each field and pair.
+    seg_index_t   acl2_sa_index;
+    seg_index_t   acl2_da_index;
+    seg_index_t   acl2_sp_index;
+    seg_index_t   acl2_dp_index;
+    seg_index_t   acl2_proto_index;
+    agg_index_t   acl2_addr_index;
+    agg_index_t   acl2_port_index;
+#endif
     acl_verdict_t acl_verdict;
     rule_id_t     acl_rule;
     class_id_t    ids_class;

@@ -64,7 +64,7 @@ class SegmentsAndAggregationSelectRule(OpenGateTest):
                     table,
                     {**version, field: value},
                     action,  # type: ignore[dict-item]
-                    {"acl_index": acl, "ids_index": 0},
+                    {"acl_index": acl, "ids_index": 0, "acl2_index": 0},
                     priority=priority,
                 )
             )
@@ -141,7 +141,7 @@ class VersionFlipSwitchesBanks(OpenGateTest):
                     table,
                     {"version": Exact(1), field: value},
                     action,
-                    {"acl_index": 1, "ids_index": 1},
+                    {"acl_index": 1, "ids_index": 1, "acl2_index": 0},
                     priority=priority,
                 )
             )
@@ -260,3 +260,56 @@ class HybridSpillTableEarlierRuleWins(OpenGateTest):
         testutils.verify_no_other_packets(self)
         record = self.next_digest(pc.D_SESSION_REQUEST_T)
         self.assertEqual((record["acl_rule"], record["ids_class"]), (5, 7))
+
+
+class HybridSecondPartitionEarlierRuleWins(OpenGateTest):
+    """The hybrid's second ACL partition: the first says rule 5 (permit) for everything; in the
+    second, rule 2 (deny, port 22) comes first and wins, rule 9 (deny, port 80) comes after rule
+    5 and does not, and a packet the second does not match (port 443) keeps the first's verdict.
+    The segment lookups give the second partition's indexes beside the first's."""
+
+    def runTest(self) -> None:
+        if pc.T_ACL2_VERDICT not in self.schema.tables.by_name:
+            self.skipTest("this build has no second ACL partition")
+        self.classify_everything(rule_id=5)
+        v0 = {"version": Exact(0)}
+        for port, index in ((22, 2), (80, 3)):
+            self.insert(
+                TableEntry.make(
+                    pc.T_DP_SEGMENT,
+                    {**v0, "l4_dport": Range(port, port)},
+                    pc.A_SET_DP_INDEX,
+                    {"acl_index": 1, "ids_index": 1, "acl2_index": index},
+                    priority=10,  # over classify_everything's any-port segment
+                )
+            )
+            self.insert(
+                TableEntry.make(
+                    pc.T_ACL2_PORT_PAIR,
+                    {**v0, "acl2_sp_index": Exact(0), "acl2_dp_index": Exact(index)},
+                    pc.A_SET_ACL2_PORT_INDEX,
+                    {"index": index},
+                )
+            )
+        self.insert(
+            TableEntry.make(
+                pc.T_ACL2_ADDR_PAIR,
+                {**v0, "acl2_sa_index": Exact(0), "acl2_da_index": Exact(0)},
+                pc.A_SET_ACL2_ADDR_INDEX,
+                {"index": 1},
+            )
+        )
+        for index, rule in ((2, 2), (3, 9)):
+            key = {
+                **v0,
+                "acl2_addr_index": Exact(1),
+                "acl2_port_index": Exact(index),
+                "acl2_proto_index": Exact(0),
+            }
+            self.insert(TableEntry.make(pc.T_ACL2_VERDICT, key, pc.A_ACL_DENY, {"rule_id": rule}))
+        self.assert_dropped(INSIDE, bytes(refresh(tcp_packet(dport=22))), pc.DROP_ACL_DENY)
+        for dport in (80, 443):
+            packet = refresh(tcp_packet(dport=dport))
+            testutils.send_packet(self, INSIDE, bytes(packet))
+            testutils.verify_packet(self, routed(packet, OUTSIDE, HOST_OUT_MAC), OUTSIDE)
+            testutils.verify_no_other_packets(self)

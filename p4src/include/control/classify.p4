@@ -10,7 +10,11 @@
 // products (those that blow them up) sit in a small priority ternary table per rule set,
 // `acl_spill` and `ids_spill`, banked like the rest and looked up beside HSM; of the two results
 // the rule that comes first wins (rule ids are positions in the rule set), so the verdict is
-// still first-match linear search over all the rules.
+// still first-match linear search over all the rules. The hybrid also has a second ACL partition:
+// the compiler puts the rules wider in the source than in the destination into tables of their
+// own (`acl2_addr_pair`, `acl2_port_pair`, `acl2_verdict`, over indexes the same segment lookups
+// return), so that the two kinds of rules do not meet in one cross product; again the rule that
+// comes first of the partitions' (and the spill tables') results wins.
 //
 // -DWITH_NAIVE_ACL: one priority ternary table per rule set, the baseline the benchmark compares.
 #ifndef OPENGATE_CONTROL_CLASSIFY_P4
@@ -89,35 +93,52 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         size = 1;
     }
 
+#ifdef OG_HSM_SPILL
+    // The segment actions also give the second ACL partition's index (the last parameter, so the
+    // others keep their P4Runtime ids).
+#define ACL2_INDEX_PARAM , seg_index_t acl2_index
+#define ACL2_INDEX_ARG , 0
+#define ACL2_INDEX_SET(field) meta.field = acl2_index;
+#else
+#define ACL2_INDEX_PARAM
+#define ACL2_INDEX_ARG
+#define ACL2_INDEX_SET(field)
+#endif
+
     // Segment tables: one lookup per field serves both rule sets.
     @name(".set_sa_index")
-    action set_sa_index(seg_index_t acl_index, seg_index_t ids_index) {
+    action set_sa_index(seg_index_t acl_index, seg_index_t ids_index ACL2_INDEX_PARAM) {
         meta.acl_sa_index = acl_index;
         meta.ids_sa_index = ids_index;
+        ACL2_INDEX_SET(acl2_sa_index)
     }
 
     @name(".set_da_index")
-    action set_da_index(seg_index_t acl_index, seg_index_t ids_index) {
+    action set_da_index(seg_index_t acl_index, seg_index_t ids_index ACL2_INDEX_PARAM) {
         meta.acl_da_index = acl_index;
         meta.ids_da_index = ids_index;
+        ACL2_INDEX_SET(acl2_da_index)
     }
 
     @name(".set_sp_index")
-    action set_sp_index(seg_index_t acl_index, seg_index_t ids_index) {
+    action set_sp_index(seg_index_t acl_index, seg_index_t ids_index ACL2_INDEX_PARAM) {
         meta.acl_sp_index = acl_index;
         meta.ids_sp_index = ids_index;
+        ACL2_INDEX_SET(acl2_sp_index)
     }
 
     @name(".set_dp_index")
-    action set_dp_index(seg_index_t acl_index, seg_index_t ids_index) {
+    action set_dp_index(seg_index_t acl_index, seg_index_t ids_index ACL2_INDEX_PARAM) {
         meta.acl_dp_index = acl_index;
         meta.ids_dp_index = ids_index;
+        ACL2_INDEX_SET(acl2_dp_index)
     }
 
     @name(".set_proto_index")
-    action set_proto_index(seg_index_t acl_index, seg_index_t ids_index) {
+    action set_proto_index(seg_index_t acl_index, seg_index_t ids_index ACL2_INDEX_PARAM) {
         meta.acl_proto_index = acl_index;
         meta.ids_proto_index = ids_index;
+        ACL2_INDEX_SET(acl2_proto_index)
     }
 
     OG_PLACE_EARLY
@@ -128,7 +149,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
             hdr.ipv4.src_addr       : lpm @name("ipv4_src");
         }
         actions = { set_sa_index; }
-        const default_action = set_sa_index(0, 0);
+        const default_action = set_sa_index(0, 0 ACL2_INDEX_ARG);
         size = SA_SEGMENT_TABLE_SIZE;
     }
 
@@ -140,7 +161,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
             hdr.ipv4.dst_addr       : lpm @name("ipv4_dst");
         }
         actions = { set_da_index; }
-        const default_action = set_da_index(0, 0);
+        const default_action = set_da_index(0, 0 ACL2_INDEX_ARG);
         size = DA_SEGMENT_TABLE_SIZE;
     }
 
@@ -152,7 +173,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
             meta.l4_sport           : range @name("l4_sport");
         }
         actions = { set_sp_index; }
-        const default_action = set_sp_index(0, 0);
+        const default_action = set_sp_index(0, 0 ACL2_INDEX_ARG);
         size = SP_SEGMENT_TABLE_SIZE;
     }
 
@@ -164,7 +185,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
             meta.l4_dport           : range @name("l4_dport");
         }
         actions = { set_dp_index; }
-        const default_action = set_dp_index(0, 0);
+        const default_action = set_dp_index(0, 0 ACL2_INDEX_ARG);
         size = DP_SEGMENT_TABLE_SIZE;
     }
 
@@ -176,7 +197,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
             hdr.ipv4.protocol       : ternary @name("ip_proto");
         }
         actions = { set_proto_index; }
-        const default_action = set_proto_index(0, 0);
+        const default_action = set_proto_index(0, 0 ACL2_INDEX_ARG);
         size = PROTO_SEGMENT_TABLE_SIZE;
     }
 
@@ -280,6 +301,55 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
     }
 
 #ifdef OG_HSM_SPILL
+    // The second ACL partition: the same chain as the first over its own indexes; a miss in
+    // its final table leaves the first partition's verdict.
+    @name(".set_acl2_addr_index")
+    action set_acl2_addr_index(agg_index_t index) {
+        meta.acl2_addr_index = index;
+    }
+
+    @name(".set_acl2_port_index")
+    action set_acl2_port_index(agg_index_t index) {
+        meta.acl2_port_index = index;
+    }
+
+    @name(".acl2_addr_pair")
+    table acl2_addr_pair {
+        key = {
+            meta.classifier_version : exact @name("version");
+            meta.acl2_sa_index      : exact @name("acl2_sa_index");
+            meta.acl2_da_index      : exact @name("acl2_da_index");
+        }
+        actions = { set_acl2_addr_index; }
+        const default_action = set_acl2_addr_index(0);
+        size = ACL2_ADDR_PAIR_TABLE_SIZE;
+    }
+
+    @name(".acl2_port_pair")
+    table acl2_port_pair {
+        key = {
+            meta.classifier_version : exact @name("version");
+            meta.acl2_sp_index      : exact @name("acl2_sp_index");
+            meta.acl2_dp_index      : exact @name("acl2_dp_index");
+        }
+        actions = { set_acl2_port_index; }
+        const default_action = set_acl2_port_index(0);
+        size = ACL2_PORT_PAIR_TABLE_SIZE;
+    }
+
+    @name(".acl2_verdict")
+    table acl2_verdict {
+        key = {
+            meta.classifier_version : exact @name("version");
+            meta.acl2_addr_index    : exact @name("acl2_addr_index");
+            meta.acl2_port_index    : exact @name("acl2_port_index");
+            meta.acl2_proto_index   : exact @name("acl2_proto_index");
+        }
+        actions = { acl_permit; acl_deny; acl_to_cpu; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = ACL2_VERDICT_TABLE_SIZE;
+    }
+
     @name(".acl_spill")
     table acl_spill {
         key = {
@@ -333,6 +403,17 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         acl_addr_pair.apply();
         acl_port_pair.apply();
         acl_verdict.apply();
+#ifdef OG_HSM_SPILL
+        acl2_addr_pair.apply();
+        acl2_port_pair.apply();
+        acl_verdict_t first_verdict = meta.acl_verdict;
+        rule_id_t first_rule = meta.acl_rule;
+        acl2_verdict.apply();
+        if (first_rule < meta.acl_rule) {
+            meta.acl_verdict = first_verdict;
+            meta.acl_rule = first_rule;
+        }
+#endif
         ids_addr_pair.apply();
         ids_port_pair.apply();
         ids_classification.apply();
