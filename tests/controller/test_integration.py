@@ -17,14 +17,20 @@ import pytest
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 
+from controller.classifier import acl_rules, ids_rules
+from controller.hsm.linear import LinearClassifier
+from controller.hsm.lookup import TableState, Walker
+from controller.hsm.rules import AclRule, IdsRule
+from controller.hsm.update import flip_entry
 from controller.npm import NpmAddress
 from controller.runtime import Controller, ControllerOptions
 from opengate import p4constants as pc
 from opengate.netutil import require_root, veth_pairs
 from opengate.switch import running_switch
-from opengate.target import TargetChoice, TargetError, select_target
+from opengate.target import TargetChoice, TargetError, select_target, shared_data_dir
 from tests.controller.conftest import wait_until
 from tests.controller.flows import GW_IN_MAC, GW_OUT, GW_OUT_MAC, H1, H2, OUT1
+from tests.hsm.conftest import edge_packets, rule_packets
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.slow]
 
@@ -105,7 +111,7 @@ def real_lab(request: pytest.FixtureRequest, tmp_path: Path, lab: Path) -> Itera
         wires = {n: Wire(pairs[n - 1][1]) for n in range(1, 5)}
         try:
             controller.start()
-            assert controller.wait_synced(30), "the controller did not reconcile the switch"
+            assert controller.wait_synced(180), "the controller did not reconcile the switch"
             yield Lab(controller, wires, choice)
         finally:
             controller.stop()
@@ -224,3 +230,42 @@ def test_tcp_rst_removes_the_session(real_lab: Lab) -> None:
     )
     real_lab.wires[1].send(bytes(rst))
     wait_until("the session removed", lambda: _count(real_lab) == 0, timeout=5)
+
+
+CLASSBENCH = shared_data_dir() / "classbench"
+WEB_FORWARD = (
+    "    - {name: web-forward, dst: 198.51.100.1, proto: tcp, dport: 8080, action: permit}\n"
+)
+
+
+def _with_classbench(name: str) -> str:
+    return WEB_FORWARD + f"  classbench: {{file: {CLASSBENCH / name}, action: permit}}\n"
+
+
+def _switch_classifies_like_linear_search(lab: Lab) -> None:
+    """The classification tables read back from the switch, walked, against first-match
+    linear search over the running policy's rules."""
+    state = lab.controller.states["npm1"]
+    policy = lab.controller.policy
+    assert policy is not None
+    active, entries = lab.controller.npms["npm1"].read_classification()
+    assert active == state.classifier.active
+    walker = Walker(TableState([*entries, flip_entry(active)]))
+    acl, ids = acl_rules(policy), ids_rules(policy)
+    linear = LinearClassifier(acl, ids)
+    rules: list[AclRule | IdsRule] = [*acl, *ids]
+    for packet in [*rule_packets(rules, 300), *edge_packets(rules)][:3000]:
+        assert walker.classify(packet) == linear.classify(packet), str(packet)
+
+
+@pytest.mark.skipif(not CLASSBENCH.is_dir(), reason=f"ClassBench sets missing: {CLASSBENCH}")
+@pytest.mark.parametrize("real_lab", [((WEB_FORWARD, _with_classbench("fw1_1k")),)], indirect=True)
+def test_a_hybrid_rule_set_is_installed_and_classifies_exactly(real_lab: Lab) -> None:
+    """The lab policy plus ClassBench's fw1_1k, whose cross products do not fit one partition:
+    the controller installs it hybrid (two ACL partitions, about 640,000 entries, into the idle
+    bank, then the flip) on the real switch, which then holds exactly that classifier. (Updates
+    between hybrids: tests/hsm/test_hybrid.py, on the planner's writes.)"""
+    classifier = real_lab.controller.states["npm1"].classifier
+    compiled = classifier.content[classifier.active]
+    assert compiled is not None and compiled.stats.acl2_terms > 0
+    _switch_classifies_like_linear_search(real_lab)
