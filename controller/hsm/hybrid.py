@@ -109,29 +109,11 @@ def compile_hybrid(
     terms = {schema.ACL_SIDE: acl_terms(acl), schema.IDS_SIDE: ids_terms(ids)}
     acl2: frozenset[int] = frozenset()
     if partitioned and _side_of(first.table) is not None:
-        acl2 = _second_partition(terms[schema.ACL_SIDE], {**default_limits(), **hsm_limits})
-    if acl2:
-        try:
-            tables = compile_hsm(
-                acl,
-                ids,
-                version=version,
-                reuse=reuse,
-                limits=hsm_limits,
-                progress=progress,
-                partitioned=True,
-                acl2=acl2,
-            )
-        except TableOverflow as caught:
-            LOG.info("hybrid: two ACL partitions without a spill do not fit (%s)", caught)
-            first = caught
-        else:
-            LOG.info(
-                "hybrid: %d ACL rules in the second partition, none spilled, %.1fs",
-                len(acl2),
-                time.perf_counter() - started,
-            )
-            return replace_seconds(tables, time.perf_counter() - started)
+        # the ACL's own cross products overflowed (not only the IDS's): known without a census
+        overflowed = _side_of(first.table) == schema.ACL_SIDE
+        acl2 = _second_partition(
+            terms[schema.ACL_SIDE], {**default_limits(), **hsm_limits}, overflowed
+        )
     if _side_of(first.table) is not None:  # a cross product overflowed, not a segment table
         chosen = _chosen_by_cost(terms, budget, hsm_limits, shrink_seconds, acl2)
         if chosen is None and acl2:
@@ -329,9 +311,13 @@ def _rows(terms: Sequence[MatchTerm]) -> int:
     return total
 
 
-def _second_partition(terms: Sequence[MatchTerm], limits: Mapping[str, int]) -> frozenset[int]:
+def _second_partition(
+    terms: Sequence[MatchTerm], limits: Mapping[str, int], overflowed: bool
+) -> frozenset[int]:
     """The ACL rules for HSM's second partition: none when the ACL's cross products fit in one
-    (a census says), else the rules wider in the source than in the destination.
+    (`overflowed` False and a census says so), else the rules wider in the source than in the
+    destination. The choice by cost (`_chosen_by_cost`) then spills what the partitions still
+    cannot hold, if anything.
 
     The cross products blow up where rules wide in one address and narrow in the other meet
     rules the other way round: each source class of the first kind pairs with each destination
@@ -340,7 +326,7 @@ def _second_partition(terms: Sequence[MatchTerm], limits: Mapping[str, int]) -> 
     and 0.1 million entries apart where together it needs 25 million)."""
     chain = schema.ACL_CHAIN
     budgets = TableBudgets(limits[chain.addr_pair], limits[chain.port_pair], limits[chain.final])
-    if take_census(terms).fits(budgets):
+    if not overflowed and take_census(terms).fits(budgets):
         return frozenset()
 
     def length(term: MatchTerm, f: int) -> int:
@@ -384,7 +370,8 @@ def compile_spilled(
     entries = (*tables.entries, *spill)
     stats = replace(
         tables.stats,
-        tables=table_stats(entries),
+        # the HSM tables' figures are counted already; the spill tables hold other tables
+        tables=tuple(sorted((*tables.stats.tables, *table_stats(spill)), key=lambda t: t.table)),
         acl_spilled=len(chosen.acl),
         ids_spilled=len(chosen.ids),
     )
