@@ -1,5 +1,5 @@
-"""Classification cost against rule-set size: the hybrid (HSM plus spill tables) against the naive
-ternary profile, on the software switch, in process (issue #17).
+"""Classification cost against rule-set size: the hybrid (HSM in two ACL partitions plus spill
+tables) against the naive ternary profile, on the software switch and BMv2 (issue #17).
 
 For the first 100, 1,000 and all 9,774 rules of ClassBench acl1_10k (all PERMIT), the same
 base configuration is installed on the switch twice: with the default build
@@ -124,8 +124,11 @@ def measure(rules: list[AclRule], seconds: float, targets: list[TargetChoice]) -
     started = time.perf_counter()
     hybrid = compile_tables(rules, [], fallback=False)
     compile_seconds = time.perf_counter() - started
-    spilled = hybrid.stats.acl_spilled
-    how = f"hybrid, {spilled} spilled" if spilled else "HSM alone"
+    stats = hybrid.stats
+    how = "HSM alone"
+    if stats.acl2_terms or stats.acl_spilled:
+        parts = 2 if stats.acl2_terms else 1
+        how = f"hybrid: {parts} partition{'s' * (parts > 1)}, {stats.acl_spilled} spilled"
     default_build, naive_build = p4_build_dir(), p4_build_dir() / "naive_acl"
     hybrid_entries = list(hybrid.entries)
     naive_entries = list(compile_naive(rules, []).entries)

@@ -391,10 +391,7 @@ def _most_that_fit(ranked: Sequence[int], terms: Sequence[MatchTerm], budget: in
     """How many of the first `ranked` rules a spill table of `budget` entries holds."""
     entries: dict[int, int] = {}
     for term in terms:
-        rows = 1
-        for values in term.fields:
-            rows *= len(values)
-        entries[term.rule_id] = entries.get(term.rule_id, 0) + rows
+        entries[term.rule_id] = entries.get(term.rule_id, 0) + _rows([term])
     total = 0
     for count, rule in enumerate(ranked):
         total += entries[rule]
