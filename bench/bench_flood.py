@@ -109,9 +109,9 @@ def api_times(network: GatewayNetwork, seconds: float) -> list[float]:
 
 
 def drops(network: GatewayNetwork) -> dict[str, int]:
-    return {
-        name: network.counter(pc.C_DROP_COUNTER, reason) for reason, name in pc.DROP_NAMES.items()
-    }
+    """The NPM's drops by reason, every cell of the drop counter in one P4Runtime read."""
+    cells = network.counter_cells(pc.C_DROP_COUNTER)
+    return {name: cells.get(reason, 0) for reason, name in pc.DROP_NAMES.items()}
 
 
 def drops_since(network: GatewayNetwork, before: dict[str, int]) -> dict[str, int]:

@@ -328,11 +328,18 @@ class GatewayNetwork:
     def counter(self, name: str, index: int, npm: str = "npm1") -> int:
         """Packets counted by cell `index` of the NPM's indirect counter `name`, read over
         P4Runtime (reads need no primary role)."""
+        return self.counter_cells(name, npm, index)[index]
+
+    def counter_cells(
+        self, name: str, npm: str = "npm1", index: int | None = None
+    ) -> dict[int, int]:
+        """Packets per cell of the NPM's indirect counter `name` (every cell in one read, or
+        cell `index` alone)."""
         schema = P4Schema.load(p4_build_dir() / "opengate.p4info.txtpb")
         address = self.net.get(npm).grpc_address
         with P4RuntimeClient(address).connect(stream=False) as client:
-            (entry,) = client.read_counter(schema.counters.get(name).preamble.id, index)
-            return int(entry.data.packet_count)
+            entries = client.read_counter(schema.counters.get(name).preamble.id, index)
+            return {int(e.index.index): int(e.data.packet_count) for e in entries}
 
     def _start_spms(self) -> None:
         for host in self.spec.hosts_with_role("spm"):
