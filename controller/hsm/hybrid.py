@@ -1,4 +1,10 @@
-"""Hybrid classification: HSM/IPP for most rules, a small priority ternary table for the rest.
+"""Hybrid classification: HSM/IPP for most rules (the ACL in two partitions where one does not
+fit), a small priority ternary table for the rest.
+
+A second ACL partition comes first: the rules wider in the source than in the destination get a
+chain of their own (`acl2_*` tables over indexes the same segment lookups return), so that they do
+not meet the rules the other way round in one cross product (see `_second_partition`). Then, if
+the partitions still do not fit, rules are spilled as below, from either partition.
 
 The HSM cross products blow up on rules that are wide in some fields and narrow in others (each
 such rule meets many classes of the other field). When a table would not fit its bank, the
@@ -87,9 +93,10 @@ def compile_hybrid(
     progress: Progress | None = None,
     shrink_seconds: float = SHRINK_SECONDS,
 ) -> CompiledTables:
-    """HSM alone if it fits; else HSM over the rules left after the fewest spilled rules found,
-    plus the spill tables' entries. Raises `TableOverflow` when no spill the tables hold makes
-    HSM fit."""
+    """HSM alone if it fits; else, where the program has them (the limits give the second ACL
+    partition's tables room), HSM with the ACL in two partitions; and over the rules left after
+    the fewest spilled rules found, plus the spill tables' entries. Raises `TableOverflow` when
+    no spill the tables hold makes HSM fit."""
     started = time.perf_counter()
     budget = {**spill_limits(), **(limits or {})}
     hsm_limits = {k: v for k, v in budget.items() if k not in schema.SPILL_TABLES.values()}
