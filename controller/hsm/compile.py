@@ -41,6 +41,7 @@ from __future__ import annotations
 import enum
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -94,6 +95,11 @@ class MatchTerm:
     def content(self) -> tuple[object, ...]:
         """What the term is, regardless of where it sits in its file (for stable numbering)."""
         return (self.fields, self.action, tuple(p for p in self.params if p[0] != "rule_id"))
+
+    @property
+    def rows(self) -> int:
+        """Entries the term takes in a ternary table: one per combination of its field values."""
+        return math.prod(len(values) for values in self.fields)
 
 
 def acl_terms(rules: Sequence[AclRule], skip: Container[int] = ()) -> list[MatchTerm]:

@@ -100,7 +100,8 @@ def compile_hybrid(
     started = time.perf_counter()
     budget = {**spill_limits(), **(limits or {})}
     hsm_limits = {k: v for k, v in budget.items() if k not in schema.SPILL_TABLES.values()}
-    partitioned = {**default_limits(), **hsm_limits}.get(schema.ACL2_CHAIN.final, 0) > 0
+    hsm_all = {**default_limits(), **hsm_limits}  # every HSM table's entries per bank
+    partitioned = hsm_all.get(schema.ACL2_CHAIN.final, 0) > 0
     try:
         return compile_hsm(
             acl,
@@ -118,11 +119,9 @@ def compile_hybrid(
     if partitioned and _side_of(first.table) is not None:
         # the ACL's own cross products overflowed (not only the IDS's): known without a census
         overflowed = _side_of(first.table) == schema.ACL_SIDE
-        acl2 = _second_partition(
-            terms[schema.ACL_SIDE], {**default_limits(), **hsm_limits}, overflowed
-        )
+        acl2 = _second_partition(terms[schema.ACL_SIDE], hsm_all, overflowed)
     if _side_of(first.table) is not None:  # a cross product overflowed, not a segment table
-        chosen = _chosen_by_cost(terms, budget, hsm_limits, shrink_seconds, acl2)
+        chosen = _chosen_by_cost(terms, budget, hsm_all, shrink_seconds, acl2)
         if chosen is None and acl2:
             # The ranking below spills the same rules from both partitions; where the choice by
             # cost, partition by partition, runs out of spill entries it did not fit either
@@ -260,14 +259,13 @@ def compile_hybrid(
 def _chosen_by_cost(
     terms: Mapping[str, Sequence[MatchTerm]],
     budget: Mapping[str, int],
-    hsm_limits: Mapping[str, int],
+    limits: Mapping[str, int],
     seconds: float,
     acl2: frozenset[int] = frozenset(),
 ) -> SpillPlan | None:
     """Per chain (each ACL partition, the IDS), the spill `choose_spill` finds; the partitions
     of the ACL share its spill table (None: no spill that fits was found)."""
     chosen: dict[str, set[int]] = {schema.ACL_SIDE: set(), schema.IDS_SIDE: set()}
-    limits = {**default_limits(), **hsm_limits}
     deadline = time.perf_counter() + seconds
     acl = terms[schema.ACL_SIDE]
     chains = [
@@ -277,12 +275,11 @@ def _chosen_by_cost(
     if acl2:
         chains.append((schema.ACL2_CHAIN, [t for t in acl if t.rule_id in acl2]))
     for chain, chain_terms in chains:
-        side = _side_of(chain.final)
-        assert side is not None
+        side = chain.rule_set
         table_budgets = TableBudgets(
             limits[chain.addr_pair], limits[chain.port_pair], limits[chain.final]
         )
-        spent = _rows([t for t in terms[side] if t.rule_id in chosen[side]])
+        spent = sum(t.rows for t in terms[side] if t.rule_id in chosen[side])
         choice = choose_spill(
             chain_terms,
             table_budgets,
@@ -305,17 +302,6 @@ def _chosen_by_cost(
             return None
         chosen[side] |= set(choice.spilled)
     return SpillPlan(frozenset(chosen[schema.ACL_SIDE]), frozenset(chosen[schema.IDS_SIDE]), acl2)
-
-
-def _rows(terms: Sequence[MatchTerm]) -> int:
-    """Entries the terms take in a ternary table (one per combination of their field values)."""
-    total = 0
-    for term in terms:
-        rows = 1
-        for values in term.fields:
-            rows *= len(values)
-        total += rows
-    return total
 
 
 def _second_partition(
@@ -398,7 +384,7 @@ def _most_that_fit(ranked: Sequence[int], terms: Sequence[MatchTerm], budget: in
     """How many of the first `ranked` rules a spill table of `budget` entries holds."""
     entries: dict[int, int] = {}
     for term in terms:
-        entries[term.rule_id] = entries.get(term.rule_id, 0) + _rows([term])
+        entries[term.rule_id] = entries.get(term.rule_id, 0) + term.rows
     total = 0
     for count, rule in enumerate(ranked):
         total += entries[rule]
@@ -409,9 +395,9 @@ def _most_that_fit(ranked: Sequence[int], terms: Sequence[MatchTerm], budget: in
 
 def _side_of(table: str) -> str | None:
     """The rule set (ACL or IDS) whose cross product `table` is."""
-    for side, chain in schema.CHAINS.items():
+    for chain in schema.CHAINS.values():
         if table in (chain.addr_pair, chain.port_pair, chain.final):
-            return schema.IDS_SIDE if side == schema.IDS_SIDE else schema.ACL_SIDE
+            return chain.rule_set
     return None  # a segment table: both rule sets make its segments
 
 

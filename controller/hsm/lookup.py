@@ -298,15 +298,10 @@ class Walker:
             meta[chain.port_key] = hit.params[0][1] if hit is not None else 0
             # the second partition's miss is no verdict (NoAction), the others' their default
             final = self._lookup(chain.final, meta) or self.state.defaults.get(chain.final)
-            results[chain.side] = final
-        # The hybrid: of the partitions' and the spill tables' results, the earliest rule wins.
-        for side, others in (
-            (schema.ACL_SIDE, (results[schema.ACL2_SIDE],)),
-            (schema.IDS_SIDE, ()),
-        ):
-            for other in (*others, self._lookup(schema.SPILL_TABLES[side], meta)):
-                if other is not None and _rule_of(other) < _rule_of(results[side]):
-                    results[side] = other
+            _keep_earliest(results, chain.rule_set, final)
+        # The hybrid's spilled rules: again the earliest rule of a rule set wins.
+        for side, table in schema.SPILL_TABLES.items():
+            _keep_earliest(results, side, self._lookup(table, meta))
         return _result(results[schema.ACL_SIDE], results[schema.IDS_SIDE])
 
     def _classify_naive(self, packet: Packet) -> Classification:
@@ -320,6 +315,16 @@ class Walker:
         acl = self._lookup(schema.ACL_NAIVE, fields) or self.state.defaults.get(schema.ACL_NAIVE)
         ids = self._lookup(schema.IDS_NAIVE, fields) or self.state.defaults.get(schema.IDS_NAIVE)
         return _result(acl, ids)
+
+
+def _keep_earliest(
+    results: dict[str, TableEntry | None], rule_set: str, entry: TableEntry | None
+) -> None:
+    """Merge one chain's or spill table's result into its rule set's: the earlier rule wins (a
+    first result, even a default, is kept as it is)."""
+    first = rule_set not in results
+    if first or (entry is not None and _rule_of(entry) < _rule_of(results[rule_set])):
+        results[rule_set] = entry
 
 
 def _rule_of(entry: TableEntry | None) -> int:

@@ -51,7 +51,7 @@ SEGMENT_BY_FIELD = {t.field: t for t in SEGMENT_TABLES}
 
 @dataclass(frozen=True, slots=True)
 class Chain:
-    """One rule set's aggregation tables (ACL or IDS)."""
+    """One chain of aggregation tables: the IDS's, or one partition of the ACL's."""
 
     side: str
     addr_pair: str
@@ -59,6 +59,7 @@ class Chain:
     final: str
     addr_action: str
     port_action: str
+    rule_set: str  # whose rules it holds (ACL_SIDE or IDS_SIDE): the earliest of its chains wins
 
     def seg_key(self, field: str) -> str:
         short = {"src": "sa", "dst": "da", "sport": "sp", "dport": "dp", "proto": "proto"}[field]
@@ -75,15 +76,15 @@ class Chain:
 
 ACL_CHAIN = Chain(
     ACL_SIDE, "acl_addr_pair", "acl_port_pair", "acl_verdict", "set_acl_addr_index",
-    "set_acl_port_index",
+    "set_acl_port_index", ACL_SIDE,
 )  # fmt: skip
 IDS_CHAIN = Chain(
     IDS_SIDE, "ids_addr_pair", "ids_port_pair", "ids_classification", "set_ids_addr_index",
-    "set_ids_port_index",
+    "set_ids_port_index", IDS_SIDE,
 )  # fmt: skip
 ACL2_CHAIN = Chain(
     ACL2_SIDE, "acl2_addr_pair", "acl2_port_pair", "acl2_verdict", "set_acl2_addr_index",
-    "set_acl2_port_index",
+    "set_acl2_port_index", ACL_SIDE,
 )  # fmt: skip
 # In the order of the segment actions' parameters (acl_index, ids_index, acl2_index).
 CHAINS = {ACL_SIDE: ACL_CHAIN, IDS_SIDE: IDS_CHAIN, ACL2_SIDE: ACL2_CHAIN}

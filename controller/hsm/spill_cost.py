@@ -410,10 +410,7 @@ def choose_spill(
     deadline = time.perf_counter() + seconds
     rows_of: dict[int, int] = {}
     for term in terms:
-        rows = 1
-        for values in term.fields:
-            rows *= len(values)
-        rows_of[term.rule_id] = rows_of.get(term.rule_id, 0) + rows
+        rows_of[term.rule_id] = rows_of.get(term.rule_id, 0) + term.rows
     order: list[int] = []  # the rules spilled, in the order chosen
     spill_rows = 0
     censuses = 0

@@ -18,9 +18,6 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 
 from controller.classifier import acl_rules, ids_rules
-from controller.hsm.linear import LinearClassifier
-from controller.hsm.lookup import TableState, Walker
-from controller.hsm.rules import AclRule, IdsRule
 from controller.hsm.update import flip_entry
 from controller.npm import NpmAddress
 from controller.runtime import Controller, ControllerOptions
@@ -30,7 +27,7 @@ from opengate.switch import running_switch
 from opengate.target import TargetChoice, TargetError, select_target, shared_data_dir
 from tests.controller.conftest import wait_until
 from tests.controller.flows import GW_IN_MAC, GW_OUT, GW_OUT_MAC, H1, H2, OUT1
-from tests.hsm.conftest import edge_packets, rule_packets
+from tests.hsm.test_equivalence import _packets, assert_same_as_linear
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.slow]
 
@@ -245,17 +242,13 @@ def _with_classbench(name: str) -> str:
 def _switch_classifies_like_linear_search(lab: Lab) -> None:
     """The classification tables read back from the switch, walked, against first-match
     linear search over the running policy's rules."""
-    state = lab.controller.states["npm1"]
     policy = lab.controller.policy
     assert policy is not None
     active, entries = lab.controller.npms["npm1"].read_classification()
-    assert active == state.classifier.active
-    walker = Walker(TableState([*entries, flip_entry(active)]))
+    assert active == lab.controller.states["npm1"].classifier.active
     acl, ids = acl_rules(policy), ids_rules(policy)
-    linear = LinearClassifier(acl, ids)
-    rules: list[AclRule | IdsRule] = [*acl, *ids]
-    for packet in [*rule_packets(rules, 300), *edge_packets(rules)][:3000]:
-        assert walker.classify(packet) == linear.classify(packet), str(packet)
+    packets = _packets(acl, ids, 300)[:3000]
+    assert assert_same_as_linear([*entries, flip_entry(active)], acl, ids, packets) == len(packets)
 
 
 @pytest.mark.skipif(not CLASSBENCH.is_dir(), reason=f"ClassBench sets missing: {CLASSBENCH}")

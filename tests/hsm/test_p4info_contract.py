@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from controller.hsm.naive import compile_naive
 from controller.hsm.rules import parse_classbench
 from controller.hsm.snort_header import load_ids_file
 from controller.hsm.update import flip_entry
+from opengate.entries import TableEntry
 from opengate.p4info import P4Schema
 
 
@@ -20,6 +22,11 @@ def _schema(path: Path) -> P4Schema:
     if not path.is_file():
         pytest.skip(f"P4Info not built: {path}")
     return P4Schema.load(path)
+
+
+def _assert_round_trip(schema: P4Schema, entries: Iterable[TableEntry]) -> None:
+    for entry in entries:
+        assert schema.decode_entry(schema.encode_entry(entry)) == entry
 
 
 def test_hsm_entries_encode_and_decode_unchanged(
@@ -38,8 +45,7 @@ def test_hsm_entries_encode_and_decode_unchanged(
         compiled = compile_spilled(acl, headers.rules, plan, partitioned=True).in_bank(version)
         tables = {e.table for e in compiled.entries}
         assert {*hsm_schema.HSM_TABLES, *hsm_schema.HYBRID_TABLES} <= tables
-        for entry in compiled.entries:
-            assert schema.decode_entry(schema.encode_entry(entry)) == entry
+        _assert_round_trip(schema, compiled.entries)
     schema.encode_entry(flip_entry(1))
 
 
@@ -50,8 +56,7 @@ def test_hsm_alone_entries_encode_for_the_tofino_build(
     schema = _schema(build_dir / "tofino" / "tofino2-default.p4info.txtpb")
     acl = parse_classbench(classbench_dir / "acl1_1k", limit=100)
     headers, _ = load_ids_file(community_rules)
-    for entry in compile_hsm(acl, headers.rules).entries:
-        assert schema.decode_entry(schema.encode_entry(entry)) == entry
+    _assert_round_trip(schema, compile_hsm(acl, headers.rules).entries)
 
 
 def test_naive_entries_encode_and_decode_unchanged(
@@ -60,5 +65,4 @@ def test_naive_entries_encode_and_decode_unchanged(
     schema = _schema(build_dir / "naive_acl" / "opengate.p4info.txtpb")
     acl = parse_classbench(classbench_dir / "fw1_1k", limit=100)
     headers, _ = load_ids_file(community_rules)
-    for entry in compile_naive(acl, headers.rules).entries:
-        assert schema.decode_entry(schema.encode_entry(entry)) == entry
+    _assert_round_trip(schema, compile_naive(acl, headers.rules).entries)
