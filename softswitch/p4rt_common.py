@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from finsy.proto import p4r
+from finsy.proto import p4d, p4r
 
 from softswitch.engine import Dataplane
 from softswitch.idle import IdleTimers
@@ -40,6 +40,52 @@ def to_int(data: bytes) -> int:
 def canonical(value: int) -> bytes:
     """P4Runtime's canonical bytestring: shortest big-endian form, one byte for zero."""
     return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+
+
+def p4data_struct(values: tuple[int, ...]) -> bytes:
+    """A digest sample as the encoded P4Data a DigestList carries: a struct of canonical
+    bitstrings. The native data plane encodes the same bytes in C (og_dp.c)."""
+    members = [p4d.P4Data(bitstring=canonical(v)) for v in values]
+    data: bytes = p4d.P4Data(struct=p4d.P4StructLike(members=members)).SerializeToString()
+    return data
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _key(message: Any, name: str, wire_type: int) -> bytes:
+    return _varint(message.DESCRIPTOR.fields_by_name[name].number << 3 | wire_type)
+
+
+_VARINT, _LEN = 0, 2
+_DIGEST = _key(p4r.StreamMessageResponse, "digest", _LEN)
+_DIGEST_ID = _key(p4r.DigestList, "digest_id", _VARINT)
+_LIST_ID = _key(p4r.DigestList, "list_id", _VARINT)
+_DATA = _key(p4r.DigestList, "data", _LEN)
+_TIMESTAMP = _key(p4r.DigestList, "timestamp", _VARINT)
+
+
+def digest_list_message(
+    digest_id: int, list_id: int, timestamp: int, samples: list[bytes]
+) -> bytes:
+    """An encoded StreamMessageResponse carrying a DigestList of `samples` (each from
+    p4data_struct or the native data plane): the bytes protobuf would produce for the same
+    message, made without a protobuf object per field (a flood of new flows is a digest each)."""
+    parts = [_DIGEST_ID, _varint(digest_id)] if digest_id else []
+    if list_id:
+        parts += [_LIST_ID, _varint(list_id)]
+    for sample in samples:
+        parts += [_DATA, _varint(len(sample)), sample]
+    if timestamp:
+        parts += [_TIMESTAMP, _varint(timestamp)]
+    body = b"".join(parts)
+    return b"".join((_DIGEST, _varint(len(body)), body))
 
 
 def check_width(data: bytes, width: int, what: str) -> int:
@@ -76,10 +122,11 @@ class DigestConfig:
 class DigestState:
     config: DigestConfig
     # samples waiting for their list, in arrival order (a dict: the duplicate test is one lookup)
-    pending: dict[tuple[int, ...], None] = field(default_factory=dict)
+    # (each sample is its encoded P4Data: p4data_struct)
+    pending: dict[bytes, None] = field(default_factory=dict)
     pending_since: int = 0
-    in_flight: dict[int, tuple[int, list[tuple[int, ...]]]] = field(default_factory=dict)
-    suppressed: dict[tuple[int, ...], int] = field(default_factory=dict)  # sample -> expiry ns
+    in_flight: dict[int, tuple[int, list[bytes]]] = field(default_factory=dict)
+    suppressed: dict[bytes, int] = field(default_factory=dict)  # sample -> expiry ns
     next_list_id: int = 1
 
 
@@ -87,4 +134,5 @@ class DigestState:
 class Stream:
     election_id: int | None = None
     role: str = ""
-    out: queue.Queue[p4r.StreamMessageResponse | None] = field(default_factory=queue.Queue)
+    # messages, or messages already encoded (digest lists: digest_list_message)
+    out: queue.Queue[p4r.StreamMessageResponse | bytes | None] = field(default_factory=queue.Queue)

@@ -16,7 +16,7 @@ from concurrent import futures
 from typing import Any
 
 import grpc
-from finsy.proto import p4d, p4i, p4r, p4r_grpc, rpc_code, rpc_status
+from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
 from google.protobuf import any_pb2
 
 from softswitch.errors import LoadError
@@ -32,7 +32,9 @@ from softswitch.p4rt_common import (
     Stream,
     canonical,
     check_width,
+    digest_list_message,
     int_code,
+    p4data_struct,
 )
 from softswitch.p4rt_read import ReadHandlers
 from softswitch.p4rt_write import WriteHandlers
@@ -137,6 +139,8 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
         except LoadError as exc:
             raise P4RTError(Code.INVALID_ARGUMENT, f"cannot load the pipeline: {exc}") from None
         dp = make_dataplane(program, digest_sink=self._digest_sample, engine=self.engine)
+        if hasattr(dp, "digest_p4data_sink"):  # the native engine encodes digests in C
+            dp.digest_p4data_sink = self._digest_samples
         p4info = p4i.P4Info()
         p4info.CopyFrom(config.p4info)
         return Pipeline(
@@ -410,28 +414,35 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
 
     # ------------------------------------------------------------------ digests
     def _digest_sample(self, learn_id: int, values: tuple[int, ...]) -> None:
+        """A digest from the Python engine: its fields, encoded here."""
+        self._digest_samples([(learn_id, p4data_struct(values))])
+
+    def _digest_samples(self, batch: list[tuple[int, bytes]]) -> None:
+        """Digests from the data plane, each (learn id, its fields as an encoded P4Data), into
+        their lists: a sample already pending or suppressed (sent, not yet acked) is dropped."""
         pipe = self.pipeline
         if pipe is None:
             return
-        did = pipe.map.digest_of_learn.get(learn_id)
-        if did is None:
-            return
-        state = self.digests.get(did)
-        if state is None:
-            return
         now = time.monotonic_ns()
         with self._digest_lock:
-            expiry = state.suppressed.get(values)
-            if expiry is not None and expiry > now:
-                return
-            if values in state.pending:
-                return
-            if not state.pending:
-                state.pending_since = now
-            state.pending[values] = None
-            size = state.config.max_list_size
-            if size <= 1 or len(state.pending) >= size:
-                self._flush_digest(did, state, now)
+            for learn_id, sample in batch:
+                did = pipe.map.digest_of_learn.get(learn_id)
+                if did is None:
+                    continue
+                state = self.digests.get(did)
+                if state is None:
+                    continue
+                expiry = state.suppressed.get(sample)
+                if expiry is not None and expiry > now:
+                    continue
+                if sample in state.pending:
+                    continue
+                if not state.pending:
+                    state.pending_since = now
+                state.pending[sample] = None
+                size = state.config.max_list_size
+                if size <= 1 or len(state.pending) >= size:
+                    self._flush_digest(did, state, now)
 
     def _flush_digest(self, did: int, state: DigestState, now: int) -> None:
         primary = self._primary()
@@ -445,17 +456,7 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
             for s in samples:
                 state.suppressed[s] = expiry
             state.in_flight[list_id] = (expiry, samples)
-        msg = p4r.StreamMessageResponse()
-        dl = msg.digest
-        dl.digest_id = did
-        dl.list_id = list_id
-        dl.timestamp = time.time_ns()
-        for s in samples:
-            data = p4d.P4Data()
-            for v in s:
-                data.struct.members.append(p4d.P4Data(bitstring=canonical(v)))
-            dl.data.append(data)
-        primary.out.put(msg)
+        primary.out.put(digest_list_message(did, list_id, time.time_ns(), samples))
 
     def _digest_ack(self, did: int, list_id: int) -> None:
         with self.lock:
@@ -514,6 +515,41 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
             primary.out.put(msg)
 
 
+def _serialize_stream(message: p4r.StreamMessageResponse | bytes) -> bytes:
+    """StreamChannel's responses: messages, or bytes already encoded (digest lists)."""
+    if isinstance(message, bytes):
+        return message
+    data: bytes = message.SerializeToString()
+    return data
+
+
+def _add_service(servicer: P4RuntimeService, server: grpc.Server) -> None:
+    """The P4Runtime service's handlers, from its descriptor, as the generated
+    add_P4RuntimeServicer_to_server makes them, except that StreamChannel also sends bytes."""
+    service = p4r.DESCRIPTOR.services_by_name["P4Runtime"]
+    handlers = {}
+    for method in service.methods:
+        request = getattr(p4r, method.input_type.name)
+        response = getattr(p4r, method.output_type.name)
+        serialize = (
+            _serialize_stream if method.name == "StreamChannel" else response.SerializeToString
+        )
+        kind = {
+            (False, False): grpc.unary_unary_rpc_method_handler,
+            (False, True): grpc.unary_stream_rpc_method_handler,
+            (True, False): grpc.stream_unary_rpc_method_handler,
+            (True, True): grpc.stream_stream_rpc_method_handler,
+        }[(method.client_streaming, method.server_streaming)]
+        handlers[method.name] = kind(
+            getattr(servicer, method.name),
+            request_deserializer=request.FromString,
+            response_serializer=serialize,
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+
+
 class P4RuntimeServer:
     """The gRPC server; `start()` returns once the port accepts connections."""
 
@@ -528,7 +564,7 @@ class P4RuntimeServer:
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="p4rt")
         )
-        p4r_grpc.add_P4RuntimeServicer_to_server(self.service, self.server)
+        _add_service(self.service, self.server)
         self.port = self.server.add_insecure_port(address)
         if self.port == 0:
             raise OSError(f"cannot listen on {address}")

@@ -34,10 +34,13 @@ from softswitch.program import Program
 LOG = logging.getLogger(__name__)
 
 DigestSink = Callable[[int, tuple[int, ...]], None]
+# a batch of digests, each (learn id, its fields encoded as a P4Runtime P4Data struct)
+P4DataDigestSink = Callable[[list[tuple[int, bytes]]], None]
 Emit = Callable[[int, bytes], None]
 MAX_FRAME = 65536 + 1024
 DIGEST_BATCH = 256  # digests taken from C per call
 DIGEST_FIELDS = 32  # OG_DIGEST_MAX_FIELDS (og_rt.h)
+DIGEST_P4DATA_MAX = 3 + DIGEST_FIELDS * 12  # OG_DIGEST_P4DATA_MAX (og_dp.c): one encoded sample
 
 
 # What the port layer lost, reported by the upcall thread (a warning at most every
@@ -138,7 +141,12 @@ def _bind(lib: ct.CDLL) -> None:
         "og_dp_io": (vp, [vp]),
         "og_dp_io_close": (None, [vp]),
         "og_dp_pop_digests": (u32, [vp, ct.POINTER(u32), ct.POINTER(u32), U64P, u32]),
+        "og_dp_pop_digests_p4data": (
+            u32,
+            [vp, ct.POINTER(u32), ct.POINTER(u32), ct.c_char_p, u32, u32],
+        ),
         "og_dp_digest_drops": (ct.c_uint64, [vp]),
+        "og_dp_push_digest": (None, [vp, u32, u32, U64P]),
         "og_dp_set_default": (None, [vp, u32, vp, vp]),
         "og_dp_register": (vp, [vp, u32]),
         "og_dp_counter": (vp, [vp, u32]),
@@ -422,6 +430,9 @@ class NativeDataplane:
         self.lib = lib
         self.cprog = cprog
         self.digest_sink = digest_sink
+        # when set, digests go here instead, encoded in C and a batch per call (the P4Runtime
+        # server's sink: no Python per field)
+        self.digest_p4data_sink: P4DataDigestSink | None = None
         # accepted, unused: programs with multicast or clones run on the Python engine
         self.pre = Replication()
         self.dropped_errors = 0
@@ -441,6 +452,7 @@ class NativeDataplane:
         self._digest_ids = (ct.c_uint32 * DIGEST_BATCH)()
         self._digest_counts = (ct.c_uint32 * DIGEST_BATCH)()
         self._digest_values = (ct.c_uint64 * (DIGEST_BATCH * DIGEST_FIELDS))()
+        self._digest_bytes = ct.create_string_buffer(DIGEST_BATCH * DIGEST_P4DATA_MAX)
         self._io = 0
         self._io_thread: threading.Thread | None = None
         self._io_stop: tuple[int, int] | None = None
@@ -488,6 +500,9 @@ class NativeDataplane:
         return out
 
     def drain_digests(self) -> None:
+        if self.digest_p4data_sink is not None:
+            self._drain_p4data(self.digest_p4data_sink)
+            return
         sink = self.digest_sink
         ids, counts, values = self._digest_ids, self._digest_counts, self._digest_values
         with self._drain_lock:
@@ -497,6 +512,24 @@ class NativeDataplane:
                     for i in range(k):
                         start = i * DIGEST_FIELDS
                         sink(ids[i], tuple(values[start : start + counts[i]]))
+                if k < DIGEST_BATCH:
+                    return
+
+    def _drain_p4data(self, sink: P4DataDigestSink) -> None:
+        ids, ends, buf = self._digest_ids, self._digest_counts, self._digest_bytes
+        with self._drain_lock:
+            while True:
+                k = self.lib.og_dp_pop_digests_p4data(
+                    self.dp, ids, ends, buf, len(buf), DIGEST_BATCH
+                )
+                if k:
+                    raw = ct.string_at(buf, ends[k - 1])
+                    start, batch = 0, []
+                    for i in range(k):
+                        end = ends[i]
+                        batch.append((ids[i], raw[start:end]))
+                        start = end
+                    sink(batch)
                 if k < DIGEST_BATCH:
                     return
 

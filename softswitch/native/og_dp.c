@@ -127,6 +127,77 @@ OG_API uint32_t og_dp_pop_digests(og_dp *dp, uint32_t *ids, uint32_t *counts, ui
     return k;
 }
 
+/* Protocol buffer wire format of P4Runtime's P4Data (p4/v1/p4data.proto): a digest sample is
+ * P4Data{struct = 5: P4StructLike{members = 1: P4Data{bitstring = 1: canonical bytes}...}}, the
+ * bitstring in P4Runtime's canonical form (shortest big-endian, one byte for zero).
+ * tests/softswitch/test_digest_encoding.py holds these bytes to protobuf's own encoding. */
+#define OG_PB_LEN(field) ((uint8_t)(((field) << 3) | 2))
+#define OG_P4DATA_BITSTRING 1
+#define OG_P4DATA_STRUCT 5
+#define OG_P4STRUCT_MEMBERS 1
+/* the most one encoded sample takes: per field 2 tag/length bytes around 2 more and 8 of value;
+ * the struct's tag and a length of up to two varint bytes */
+#define OG_DIGEST_P4DATA_MAX (3 + OG_DIGEST_MAX_FIELDS * 12)
+
+static uint8_t *og_put_varint(uint8_t *p, uint32_t v) {
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+/* One sample's fields as an encoded P4Data struct at `out`; returns its length. */
+static uint32_t og_digest_p4data(const og_digest *d, uint8_t *out) {
+    uint8_t body[OG_DIGEST_MAX_FIELDS * 12];
+    uint8_t *p = body;
+    for (uint32_t i = 0; i < d->n; i++) {
+        uint64_t v = d->v[i];
+        uint32_t nbytes = 1;
+        while (nbytes < 8 && (v >> (8 * nbytes)) != 0) nbytes++;
+        *p++ = OG_PB_LEN(OG_P4STRUCT_MEMBERS);
+        *p++ = (uint8_t)(nbytes + 2); /* the member: its bitstring's tag, length and bytes */
+        *p++ = OG_PB_LEN(OG_P4DATA_BITSTRING);
+        *p++ = (uint8_t)nbytes;
+        for (uint32_t b = nbytes; b-- > 0;) *p++ = (uint8_t)(v >> (8 * b));
+    }
+    uint8_t *q = out;
+    *q++ = OG_PB_LEN(OG_P4DATA_STRUCT);
+    q = og_put_varint(q, (uint32_t)(p - body));
+    memcpy(q, body, (size_t)(p - body));
+    return (uint32_t)(q - out) + (uint32_t)(p - body);
+}
+
+/* As og_dp_pop_digests, but each sample comes encoded as the P4Data a P4Runtime DigestList
+ * carries, so that the slow path spends no Python on building protocol buffers: sample i's learn
+ * id in ids[i], its bytes in buf from ends[i-1] (0 for the first) to ends[i]. Takes at most
+ * `max`, and no more than fit in `cap` bytes. */
+OG_API uint32_t og_dp_pop_digests_p4data(og_dp *dp, uint32_t *ids, uint32_t *ends, uint8_t *buf,
+                                         uint32_t cap, uint32_t max) {
+    uint32_t k = 0, used = 0;
+    pthread_mutex_lock(&dp->lock);
+    og_digest_ring *r = &dp->digests;
+    while (k < max && r->tail != r->head && cap - used >= OG_DIGEST_P4DATA_MAX) {
+        og_digest *d = &r->items[r->tail];
+        ids[k] = d->id;
+        used += og_digest_p4data(d, buf + used);
+        ends[k] = used;
+        r->tail = (r->tail + 1) % OG_DIGEST_RING;
+        k++;
+    }
+    pthread_mutex_unlock(&dp->lock);
+    return k;
+}
+
+/* A digest pushed as the pipeline pushes one (tests of the encoding above). */
+OG_API void og_dp_push_digest(og_dp *dp, uint32_t id, uint32_t n, const uint64_t *values) {
+    if (n > OG_DIGEST_MAX_FIELDS) return;
+    pthread_mutex_lock(&dp->lock);
+    og_digest_push(&dp->digests, id, n, values);
+    pthread_mutex_unlock(&dp->lock);
+}
+
 /* Digests lost because the ring was full (the slow path did not keep up). */
 OG_API uint64_t og_dp_digest_drops(og_dp *dp) { return dp->digests.drops; }
 

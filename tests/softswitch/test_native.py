@@ -5,9 +5,9 @@ Python engine and one native, and get the same pipeline (p4src/build/opengate.js
 entries as the BMv2 differential test (test_differential_bmv2: ports and roles, routes, an HSM
 classification set, sessions with and without NAT, a weighted SPM group, a port forward, a
 masquerade rule, the ARP responder). The same frames then go through both data planes: every
-output frame, packet-in and digest must be identical, and so must every counter and register
-afterwards. The stimuli are that test's (well-formed flows, many new flows through the
-selector, seeded fuzzed frames) and hypothesis' random and mutated frames.
+output frame, packet-in and digest (as the bytes the server sends) must be identical, and so must
+every counter and register afterwards. The stimuli are that test's (well-formed flows, many new
+flows through the selector, seeded fuzzed frames) and hypothesis' random and mutated frames.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from opengate.target import p4_build_dir
 from softswitch.engine import Dataplane
 from softswitch.native.build import compiler
 from softswitch.native.dataplane import NativeDataplane
+from softswitch.p4rt_common import p4data_struct
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.switch import Switch
 from tests.softswitch.test_differential_bmv2 import (
@@ -74,9 +75,15 @@ def sides() -> Iterator[dict[str, Side]]:
             side = Side(sw)
             sw.transmit = lambda port, frame, s=side: s.outputs.append((port, frame))
             sw.packet_in = lambda frame, s=side: s.outputs.append((pc.CPU_PORT, frame))
+            # each digest as the server sends it: its fields as an encoded P4Data, made by
+            # protobuf for the Python engine and by C for the native one
             sw.dataplane.digest_sink = lambda did, values, s=side: s.outputs.append(
-                (DIGEST, did, values)
+                (DIGEST, did, p4data_struct(values))
             )
+            if engine == "native":
+                sw.dataplane.digest_p4data_sink = lambda batch, s=side: s.outputs.extend(
+                    (DIGEST, did, sample) for did, sample in batch
+                )
             out[engine] = side
         stack.callback(out["native"].switch.set_dataplane, None)
         yield out
