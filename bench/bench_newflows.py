@@ -12,7 +12,9 @@ ICMP errors); the CPM's `installed` counter counts the sessions it installed; th
 counter says where the rest went. A rate is sustained when every flow arrived and every flow
 became a session. The policy is the example policy without inspection (the SPMs are measured
 elsewhere), without the CPU meters and the per-source new-flow limit (they cap the rate on
-purpose), and with a 2 s UDP idle timeout, so that each rate starts with empty tables.
+purpose), and with a 2 s UDP idle timeout (`--udp-idle`), so that each rate starts with empty
+tables. A rate can be sustained only if the session table holds the flows of one idle timeout
+(about rate x timeout sessions at once): the bench prints that bound.
 
 The reference row, "one flow (the switch's own rate)", sends the same datagram of one flow at
 each rate through the routed policy: every packet but the first hits an existing session, so it
@@ -36,7 +38,9 @@ import httpx
 
 from bench.bench_flood import chosen_policies, drops, drops_since, flood_frames, policy_variants
 from bench.csender import MAX_FRAMES, binary, write_frames
-from opengate.target import repo_root, select_target
+from opengate import p4constants as pc
+from opengate.p4info import P4Schema
+from opengate.target import p4_build_dir, repo_root, select_target
 from softswitch.native.dataplane import LOSS_REPORT_SECONDS
 from topo.model import load_topology
 from topo.net import GatewayNetwork
@@ -68,13 +72,13 @@ def arrived(network: GatewayNetwork) -> int:
     raise RuntimeError("nft on out1: no counter in its output")
 
 
-def measurement_policy(text: str) -> str:
-    """No inspection, no CPU meters, no new-flow limit, UDP sessions idle after 2 s."""
+def measurement_policy(text: str, udp_idle: int = 2) -> str:
+    """No inspection, no CPU meters, no new-flow limit, UDP sessions idle after `udp_idle` s."""
     out = re.sub(r"chain: [\w-]+, ", "", text)
     out = re.sub(r"bypass: (true|false), ", "", out)
     out = re.sub(r"\ncpu_meters: [^\n]*\n", "\n", out)
     out = re.sub(r"\n  new_flows_per_source: [^\n]*\n", "\n", out)
-    out = re.sub(r"udp: \d+", "udp: 2", out)
+    out = re.sub(r"udp: \d+", f"udp: {udp_idle}", out)
     return out
 
 
@@ -189,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default="2000,8000,16000,32000,64000")
     parser.add_argument("--seconds", type=int, default=2)
     parser.add_argument("--policies", default=",".join(POLICIES), help="routed,npm,cpm")
+    parser.add_argument(
+        "--udp-idle",
+        type=int,
+        default=2,
+        help="UDP idle timeout, s: the sessions a rate needs at once are about rate x this",
+    )
     args = parser.parse_args(argv)
     chosen = chosen_policies(parser, args.policies)
     if os.geteuid() != 0:
@@ -202,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     with GatewayNetwork(spec, root / "run" / "bench-newflows", target=choice) as network:
         running = network.api("GET", "/api/v1/policy")
         path = str(spec.policy)
-        base = measurement_policy(running["text"])
+        base = measurement_policy(running["text"], args.udp_idle)
         _nft(network, f"nft -f - <<'EOF'\n{COUNTER_RULES}EOF")
         texts = policy_variants(base)
         phase = 0
@@ -221,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                 phase += 1
     print(
         f"Command: `{' '.join(['python -m bench.bench_newflows', *(argv or sys.argv[1:])])}`, "
-        f"target {choice.target.value}, {args.seconds} s per rate\n"
+        f"target {choice.target.value}, {args.seconds} s per rate, UDP idle after "
+        f"{args.udp_idle} s\n"
     )
     print(
         "| sessions made by | offered flows/s | sent | arrived | sessions installed | lost "
@@ -240,6 +251,12 @@ def main(argv: list[str] | None = None) -> int:
         best[name] = max(kept) if kept else 0
         what = "packets" if name == REFERENCE else "flows"
         print(f"\n{name}: highest rate with nothing lost: {best[name] or 'none'} {what}/s")
+    schema = P4Schema.load(p4_build_dir() / "opengate.p4info.txtpb")
+    sessions = schema.tables.get(pc.T_SESSION).size // 2  # two entries, one per direction
+    print(
+        f"\nThe session table holds {sessions} sessions; at {args.udp_idle} s idle, a rate above "
+        f"about {sessions // min(args.udp_idle, args.seconds)} flows/s for {args.seconds} s cannot all be sessions."
+    )
     cpm, npm = best.get(POLICIES["cpm"]), best.get(POLICIES["routed"])
     if cpm and npm:
         print(f"\nsessions made by the NPM (routed) / by the CPM: {npm / cpm:.1f}x")
