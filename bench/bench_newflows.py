@@ -253,9 +253,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{name}: highest rate with nothing lost: {best[name] or 'none'} {what}/s")
     schema = P4Schema.load(p4_build_dir() / "opengate.p4info.txtpb")
     sessions = schema.tables.get(pc.T_SESSION).size // 2  # two entries, one per direction
+    bound = sessions // min(args.udp_idle, args.seconds)
     print(
         f"\nThe session table holds {sessions} sessions; at {args.udp_idle} s idle, a rate above "
-        f"about {sessions // min(args.udp_idle, args.seconds)} flows/s for {args.seconds} s cannot all be sessions."
+        f"about {bound} flows/s for {args.seconds} s cannot all be sessions."
     )
     cpm, npm = best.get(POLICIES["cpm"]), best.get(POLICIES["routed"])
     if cpm and npm:
