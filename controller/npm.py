@@ -556,13 +556,12 @@ class NpmConnection:
         if name is None:
             return "", ()
         fields = self.digest_fields[name]
-        return name, tuple(
-            {
-                f: int.from_bytes(m.bitstring, "big")
-                for f, m in zip(fields, data.struct.members, strict=True)
-            }
-            for data in digest.data
-        )
+        records = []
+        from_bytes = int.from_bytes
+        for data in digest.data:  # a flood of new flows is a record each: no Python to spare
+            values = [from_bytes(m.bitstring, "big") for m in data.struct.members]
+            records.append(dict(zip(fields, values, strict=True)))
+        return name, tuple(records)
 
     def decode_packet_in(self, packet: p4r.PacketIn) -> dict[str, int]:
         return self.schema.decode_packet_metadata("packet_in", packet.metadata)
