@@ -34,6 +34,7 @@ from google.protobuf.internal import api_implementation
 from controller.session_encoding import SessionEncoder, SessionUpdate
 from opengate.p4info import P4Schema
 from opengate.p4rt import update_of
+from softswitch.p4rt_common import canonical, varint
 
 P4INFO = Path(__file__).resolve().parents[1] / "p4src/build/opengate.p4info.txtpb"
 ENTRIES = 4096
@@ -54,45 +55,32 @@ def _params(encoder: SessionEncoder) -> dict[str, int]:
     return {name: (0x020000000001 if "mac" in name else 3) for name, _ in encoder.params}
 
 
-def _canonical(value: int) -> bytes:
-    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _delimited(tag: bytes, payload: bytes) -> bytes:
-    return tag + _varint(len(payload)) + payload
+    return tag + varint(len(payload)) + payload
 
 
 def _hand_updates(encoder: SessionEncoder, keys: list[tuple[int, int, int, int, int]]) -> bytes:
     """The WriteRequest.updates field (4) of INSERTs serialised by hand; tags are
     (field number << 3) | wire type, after p4runtime.proto."""
     params = _params(encoder)
-    table = b"\x08" + _varint(encoder.table_id)  # TableEntry.table_id
-    fields = [b"\x08" + _varint(f) for f in encoder.fields]  # FieldMatch.field_id
-    action_id = b"\x08" + _varint(encoder.forward_id)  # Action.action_id
-    param_ids = [(name, b"\x10" + _varint(pid)) for name, pid in encoder.params]
+    table = b"\x08" + varint(encoder.table_id)  # TableEntry.table_id
+    fields = [b"\x08" + varint(f) for f in encoder.fields]  # FieldMatch.field_id
+    action_id = b"\x08" + varint(encoder.forward_id)  # Action.action_id
+    param_ids = [(name, b"\x10" + varint(pid)) for name, pid in encoder.params]
     out = []
     for key in keys:  # each entry's parameters encoded anew, as sessions differ in them
         match = b"".join(
-            _delimited(b"\x12", prefix + _delimited(b"\x12", _delimited(b"\x0a", _canonical(v))))
+            _delimited(b"\x12", prefix + _delimited(b"\x12", _delimited(b"\x0a", canonical(v))))
             for prefix, v in zip(fields, key, strict=True)
         )  # TableEntry.match: FieldMatch{field_id, exact{value}}
         action = action_id + b"".join(
-            _delimited(b"\x22", prefix + _delimited(b"\x1a", _canonical(params[name])))
+            _delimited(b"\x22", prefix + _delimited(b"\x1a", canonical(params[name])))
             for name, prefix in param_ids
         )  # Action.params: Param{param_id, value}
         tail = _delimited(b"\x1a", _delimited(b"\x0a", action))  # TableEntry.action.action
-        tail += b"\x48" + _varint(TIMEOUT_NS)  # TableEntry.idle_timeout_ns
+        tail += b"\x48" + varint(TIMEOUT_NS)  # TableEntry.idle_timeout_ns
         entity = _delimited(b"\x12", table + match + tail)  # Entity.table_entry
-        update = b"\x08" + _varint(p4r.Update.INSERT) + _delimited(b"\x12", entity)
+        update = b"\x08" + varint(p4r.Update.INSERT) + _delimited(b"\x12", entity)
         out.append(_delimited(b"\x22", update))
     return b"".join(out)
 

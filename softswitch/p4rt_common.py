@@ -50,7 +50,8 @@ def p4data_struct(values: tuple[int, ...]) -> bytes:
     return data
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
+    """A protocol buffer varint."""
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -60,7 +61,7 @@ def _varint(value: int) -> bytes:
 
 
 def _key(message: Any, name: str, wire_type: int) -> bytes:
-    return _varint(message.DESCRIPTOR.fields_by_name[name].number << 3 | wire_type)
+    return varint(message.DESCRIPTOR.fields_by_name[name].number << 3 | wire_type)
 
 
 _VARINT, _LEN = 0, 2
@@ -77,15 +78,15 @@ def digest_list_message(
     """An encoded StreamMessageResponse carrying a DigestList of `samples` (each from
     p4data_struct or the native data plane): the bytes protobuf would produce for the same
     message, made without a protobuf object per field (a flood of new flows is a digest each)."""
-    parts = [_DIGEST_ID, _varint(digest_id)] if digest_id else []
+    parts = [_DIGEST_ID, varint(digest_id)] if digest_id else []
     if list_id:
-        parts += [_LIST_ID, _varint(list_id)]
+        parts += [_LIST_ID, varint(list_id)]
     for sample in samples:
-        parts += [_DATA, _varint(len(sample)), sample]
+        parts += [_DATA, varint(len(sample)), sample]
     if timestamp:
-        parts += [_TIMESTAMP, _varint(timestamp)]
+        parts += [_TIMESTAMP, varint(timestamp)]
     body = b"".join(parts)
-    return b"".join((_DIGEST, _varint(len(body)), body))
+    return b"".join((_DIGEST, varint(len(body)), body))
 
 
 def check_width(data: bytes, width: int, what: str) -> int:
