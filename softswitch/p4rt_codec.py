@@ -55,20 +55,20 @@ class TableCodec:
                 )
             seen.add(fm.field_id)
             which = fm.WhichOneof("field_match_type")
+            w = mf.bitwidth
+            if which == "exact" and mf.kind == "exact":  # the common case (sessions), checked
+                data = fm.exact.value  # as check_width does, its message made only if needed
+                value = int.from_bytes(data, "big")
+                if not data or value.bit_length() > w:
+                    check_width(data, w, f"table {info.name!r}, match field {mf.name!r}")
+                specs[mf.pos] = value
+                continue
             what = f"table {info.name!r}, match field {mf.name!r}"
-            expected = {
-                "exact": "exact",
-                "lpm": "lpm",
-                "ternary": "ternary",
-                "range": "range",
-                "optional": "optional",
-            }[mf.kind]
-            if which != expected:
+            if which != mf.kind:
                 raise P4RTError(
                     Code.INVALID_ARGUMENT,
-                    f"{what}: match kind {which!r}, the table wants {expected!r}",
+                    f"{what}: match kind {which!r}, the table wants {mf.kind!r}",
                 )
-            w = mf.bitwidth
             if which == "exact":
                 specs[mf.pos] = check_width(fm.exact.value, w, what)
             elif which == "lpm":
@@ -165,7 +165,11 @@ class TableCodec:
                 raise P4RTError(
                     Code.INVALID_ARGUMENT, f"action {name!r}: param {pname!r} given twice"
                 )
-            values[pos] = check_width(p.value, width, f"action {name!r}, param {pname!r}")
+            data = p.value
+            value = int.from_bytes(data, "big")
+            if not data or value.bit_length() > width:  # check_width's message, made if needed
+                check_width(data, width, f"action {name!r}, param {pname!r}")
+            values[pos] = value
         missing = [params_name for (pos, params_name, _) in params.values() if values[pos] is None]
         if missing:
             raise P4RTError(Code.INVALID_ARGUMENT, f"action {name!r}: missing params {missing}")

@@ -623,9 +623,11 @@ class Table:
     # told of every entry added or removed and every default set (a native mirror)
     observer: Any = None
 
-    @property
-    def needs_priority(self) -> bool:
-        return any(k in ("ternary", "range", "optional") for k in self.kinds)
+    # whether entries carry a priority (a ternary, range or optional field): set from `kinds`
+    needs_priority: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        self.needs_priority = any(k in ("ternary", "range", "optional") for k in self.kinds)
 
     def actions_by_name(self, name: str) -> ActionSpec | None:
         for spec in self.actions.values():
