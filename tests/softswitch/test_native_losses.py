@@ -9,7 +9,13 @@ import re
 from ctypes import sizeof as ct_sizeof
 from pathlib import Path
 
-from softswitch.native.dataplane import DIGEST_FIELDS, IO_STATS, IoStats, LossReport
+from softswitch.native.dataplane import (
+    DIGEST_FIELDS,
+    DIGEST_P4DATA_MAX,
+    IO_STATS,
+    IoStats,
+    LossReport,
+)
 
 NATIVE = Path(__file__).resolve().parents[2] / "softswitch" / "native"
 
@@ -62,3 +68,14 @@ def test_digest_batch_rows_are_og_rt_h_s_width() -> None:
     width = re.search(r"#define OG_DIGEST_MAX_FIELDS (\d+)", header)
     assert width, "no OG_DIGEST_MAX_FIELDS in og_rt.h"
     assert int(width.group(1)) == DIGEST_FIELDS
+
+
+def test_encoded_digest_bound_is_og_dp_c_s() -> None:
+    """The buffer Python gives og_dp_pop_digests_p4data is sized by og_dp.c's bound on one
+    encoded sample (C checks the capacity it is given, so a mismatch only costs batches)."""
+    source = (NATIVE / "og_dp.c").read_text()
+    bound = re.search(
+        r"#define OG_DIGEST_P4DATA_MAX \((\d+) \+ OG_DIGEST_MAX_FIELDS \* (\d+)\)", source
+    )
+    assert bound, "no OG_DIGEST_P4DATA_MAX in og_dp.c"
+    assert int(bound.group(1)) + DIGEST_FIELDS * int(bound.group(2)) == DIGEST_P4DATA_MAX
