@@ -213,6 +213,9 @@ class SpmSettings:
     down_after: float = 2.5  # seconds without a load report; 0 disables liveness checks
     queue_limit: int = 4096  # queue depth that counts as fully loaded
     min_weight_change: int = 1  # rewrite a group only when a weight moves at least this much
+    # seconds an SPM that has never reported (starting: clamd loading its signatures) has for its
+    # first report before it is down; never less than down_after
+    startup_grace: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -622,8 +625,9 @@ class _Loader:
         down_after = section.get("down_after", pv.non_negative_float, 2.5)
         queue_limit = section.get("queue_limit", pv.positive, 4096)
         min_change = section.get("min_weight_change", pv.positive, 1)
+        grace = section.get("startup_grace", pv.non_negative_float, 30.0)
         section.reject_unknown()
-        return SpmSettings(down_after, queue_limit, min_change)
+        return SpmSettings(down_after, queue_limit, min_change, grace)
 
     def _spms(
         self, top: Reader, ports: Sequence[PortSpec]

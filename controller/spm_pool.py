@@ -9,7 +9,9 @@ sessions hold it.
 
 An SPM that has not reported for `spm.down_after` seconds is down: its member leaves every group
 (the caller writes that and applies the pool's fail policy to its flows). At start-up every SPM
-is given `down_after` seconds to report; its first report brings it (back) up.
+is given `spm.startup_grace` seconds (30 by default, never less than `down_after`) for its first
+report, so that an SPM still starting (clamd loading its signatures) is not taken for a dead one;
+its first report brings it up. After that, `down_after` counts from its last report.
 
 An operator may drain an SPM (weight 0: no new flows, its flows stay) and restore it; a drained
 SPM keeps reporting and keeps weight 0 until restored.
@@ -102,7 +104,7 @@ class SpmPool:
             state = old.get(spec.name)
             if state is None:
                 # Unknown SPMs start in the selector with their full weight and have
-                # down_after seconds to report.
+                # startup_grace seconds for their first report.
                 state = SpmState(spec, status="unknown", last_seen=now, weight=spec.weight)
             else:
                 state.spec = spec
@@ -156,21 +158,26 @@ class SpmPool:
 
     def expired(self, now: float) -> list[str]:
         """SPMs that just went down (no report for down_after seconds)."""
-        down_after = self.policy.spm.down_after
-        if down_after <= 0:
+        settings = self.policy.spm
+        if settings.down_after <= 0:
             return []
+        grace = max(settings.down_after, settings.startup_grace)
         out = []
         for state in self.states.values():
-            if state.status != "down" and now - state.last_seen > down_after:
-                state.status = "down"
-                state.weight = 0
-                out.append(state.name)
-                LOG.warning(
-                    "SPM %s is down: no load report for %.1fs",
-                    state.name,
-                    now - state.last_seen,
-                    extra={"spm": state.name},
-                )
+            never = state.status == "unknown"
+            limit = grace if never else settings.down_after
+            if state.status == "down" or now - state.last_seen <= limit:
+                continue
+            state.status = "down"
+            state.weight = 0
+            out.append(state.name)
+            LOG.warning(
+                "SPM %s is down: %s for %.1fs",
+                state.name,
+                "no report since it was configured" if never else "no load report",
+                now - state.last_seen,
+                extra={"spm": state.name},
+            )
         return out
 
     def mark_down(self, name: str) -> bool:
