@@ -9,6 +9,9 @@ Sources: p4src/build/opengate.p4info.txtpb, p4src/build/naive_acl/opengate.p4inf
 T_ACL2_ADDR_PAIR = "acl2_addr_pair"  # id 0x02d7699d
 T_ACL2_PORT_PAIR = "acl2_port_pair"  # id 0x023896bb
 T_ACL2_VERDICT = "acl2_verdict"  # id 0x0268043d
+T_ACL3_ADDR_PAIR = "acl3_addr_pair"  # id 0x02c792b4
+T_ACL3_PORT_PAIR = "acl3_port_pair"  # id 0x02be8b1e
+T_ACL3_VERDICT = "acl3_verdict"  # id 0x02258f6c
 T_ACL_ADDR_PAIR = "acl_addr_pair"  # id 0x02a39d31
 T_ACL_NAIVE = "acl_naive"  # id 0x02e49224
 T_ACL_PORT_PAIR = "acl_port_pair"  # id 0x024344a0
@@ -64,6 +67,8 @@ A_SESSION_FORWARD = "session_forward"  # id 0x0106447b
 A_SESSION_MISS = "session_miss"  # id 0x01fe58e0
 A_SET_ACL2_ADDR_INDEX = "set_acl2_addr_index"  # id 0x01c351c8
 A_SET_ACL2_PORT_INDEX = "set_acl2_port_index"  # id 0x01654d20
+A_SET_ACL3_ADDR_INDEX = "set_acl3_addr_index"  # id 0x01d1f0b8
+A_SET_ACL3_PORT_INDEX = "set_acl3_port_index"  # id 0x01720730
 A_SET_ACL_ADDR_INDEX = "set_acl_addr_index"  # id 0x01d5dd46
 A_SET_ACL_PORT_INDEX = "set_acl_port_index"  # id 0x0112d34f
 A_SET_CLASSIFIER_VERSION = "set_classifier_version"  # id 0x013d594e
@@ -117,6 +122,9 @@ MATCH_FIELDS: dict[str, tuple[str, ...]] = {
     "acl2_addr_pair": ("version", "acl2_sa_index", "acl2_da_index"),
     "acl2_port_pair": ("version", "acl2_sp_index", "acl2_dp_index"),
     "acl2_verdict": ("version", "acl2_addr_index", "acl2_port_index", "acl2_proto_index"),
+    "acl3_addr_pair": ("version", "acl3_sa_index", "acl3_da_index"),
+    "acl3_port_pair": ("version", "acl3_sp_index", "acl3_dp_index"),
+    "acl3_verdict": ("version", "acl3_addr_index", "acl3_port_index", "acl3_proto_index"),
     "acl_addr_pair": ("version", "acl_sa_index", "acl_da_index"),
     "acl_naive": ("ipv4_src", "ipv4_dst", "l4_sport", "l4_dport", "ip_proto"),
     "acl_port_pair": ("version", "acl_sp_index", "acl_dp_index"),
@@ -172,21 +180,23 @@ ACTION_PARAMS: dict[str, tuple[str, ...]] = {
     "session_miss": (),
     "set_acl2_addr_index": ("index",),
     "set_acl2_port_index": ("index",),
+    "set_acl3_addr_index": ("index",),
+    "set_acl3_port_index": ("index",),
     "set_acl_addr_index": ("index",),
     "set_acl_port_index": ("index",),
     "set_classifier_version": ("version",),
-    "set_da_index": ("acl_index", "ids_index", "acl2_index"),
-    "set_dp_index": ("acl_index", "ids_index", "acl2_index"),
+    "set_da_index": ("acl_index", "ids_index", "acl2_index", "acl3_index"),
+    "set_dp_index": ("acl_index", "ids_index", "acl2_index", "acl3_index"),
     "set_flow_timeout": ("idle", "closing"),
     "set_ids_addr_index": ("index",),
     "set_ids_class": ("class_id", "rule_id"),
     "set_ids_port_index": ("index",),
     "set_npm_identity": ("tag_base",),
     "set_port_role": ("role",),
-    "set_proto_index": ("acl_index", "ids_index", "acl2_index"),
-    "set_sa_index": ("acl_index", "ids_index", "acl2_index"),
+    "set_proto_index": ("acl_index", "ids_index", "acl2_index", "acl3_index"),
+    "set_sa_index": ("acl_index", "ids_index", "acl2_index", "acl3_index"),
     "set_source_mac": ("mac",),
-    "set_sp_index": ("acl_index", "ids_index", "acl2_index"),
+    "set_sp_index": ("acl_index", "ids_index", "acl2_index", "acl3_index"),
     "steer_to_spm": ("port", "spm_mac"),
 }
 # Declared table sizes (entries) of the v1model build, per table.
@@ -194,6 +204,9 @@ TABLE_SIZES: dict[str, int] = {
     "acl2_addr_pair": 1048576,
     "acl2_port_pair": 1048576,
     "acl2_verdict": 1048576,
+    "acl3_addr_pair": 1048576,
+    "acl3_port_pair": 1048576,
+    "acl3_verdict": 1048576,
     "acl_addr_pair": 1048576,
     "acl_naive": 16384,
     "acl_port_pair": 1048576,

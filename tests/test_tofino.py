@@ -76,8 +76,13 @@ V1MODEL_ONLY = {
     pc.T_ACL2_VERDICT,
     pc.A_SET_ACL2_ADDR_INDEX,
     pc.A_SET_ACL2_PORT_INDEX,
+    pc.T_ACL3_ADDR_PAIR,
+    pc.T_ACL3_PORT_PAIR,
+    pc.T_ACL3_VERDICT,
+    pc.A_SET_ACL3_ADDR_INDEX,
+    pc.A_SET_ACL3_PORT_INDEX,
 }
-V1MODEL_ONLY_PARAMS = {"acl2_index"}
+V1MODEL_ONLY_PARAMS = {"acl2_index", "acl3_index"}
 # Objects added to the shared code after the committed Tofino build was made (bf-p4c was not at
 # hand): empty again once `make tofino` has run, which the freshness test checks.
 ADDED_SINCE_TOFINO_BUILD = {pc.M_CPU_SOURCE_METER}

@@ -275,10 +275,11 @@ def _print_stats(args: argparse.Namespace, inputs: _Inputs, compiled: CompiledTa
         "rules that can never be a first match are dropped)"
     )
     print(f"profile: {stats.profile}")
-    if stats.acl2_terms:
+    if stats.acl2_terms or stats.acl3_terms:
         print(
-            f"  hybrid: {stats.acl2_terms} ACL terms in the second partition (acl2_* tables: the "
-            "rules wider in the source than in the destination)"
+            f"  hybrid: {stats.acl2_terms} ACL terms in the second partition (acl2_* tables: rules "
+            f"wide in the source), {stats.acl3_terms} in the third (acl3_*: wide in the "
+            "destination)"
         )
     if stats.spilled:
         print(

@@ -216,7 +216,8 @@ def default_limits() -> dict[str, int]:
     """Half of each table's size: both banks must fit during an update (the second ACL
     partition's tables too; the spill tables are `hybrid.spill_limits`)."""
     return {
-        name: schema.table_capacity(name) // 2 for name in (*schema.HSM_TABLES, *schema.ACL2_TABLES)
+        name: schema.table_capacity(name) // 2
+        for name in (*schema.HSM_TABLES, *schema.PARTITION_TABLES)
     }
 
 
@@ -685,6 +686,7 @@ def compile_hsm(
     skip_ids: Container[int] = (),
     partitioned: bool = False,
     acl2: Container[int] = (),
+    acl3: Container[int] = (),
 ) -> CompiledTables:
     """Compile both rule sets into the HSM/IPP tables of bank `version`.
 
@@ -692,21 +694,25 @@ def compile_hsm(
     numbers, so the update to that bank is small. `limits`: entries per table per bank (default
     half of each table's size); raises `TableOverflow` when a table would not fit. `skip_acl`,
     `skip_ids`: rules left out (positions, IDS rule ids), as `acl_terms` and `ids_terms` say.
-    `partitioned`: the program has the second ACL partition (a hybrid program: the segment
-    actions then carry its index too); `acl2`: the ACL positions it holds.
+    `partitioned`: the program has the second and third ACL partitions (a hybrid program: the
+    segment actions then carry their indexes too); `acl2`, `acl3`: the ACL positions they hold
+    (a position in both is in the second).
     """
     started = time.perf_counter()
     budget = default_limits()
     budget.update(limits or {})
-    if acl2 and not partitioned:
-        raise ValueError("a second ACL partition needs a program that has one (partitioned)")
+    if (acl2 or acl3) and not partitioned:
+        raise ValueError("ACL partitions need a program that has them (partitioned)")
     acl_all = acl_terms(acl, skip_acl)
+    others = [t for t in acl_all if t.rule_id not in acl2 and t.rule_id not in acl3]
+    second = [t for t in acl_all if t.rule_id in acl2]
+    third = [t for t in acl_all if t.rule_id in acl3 and t.rule_id not in acl2]
     sides = [
-        _Side(schema.ACL_SIDE, [t for t in acl_all if t.rule_id not in acl2]),
+        _Side(schema.ACL_SIDE, others),
         _Side(schema.IDS_SIDE, ids_terms(ids, skip_ids)),
     ]
     if partitioned:
-        sides.append(_Side(schema.ACL2_SIDE, [t for t in acl_all if t.rule_id in acl2]))
+        sides += [_Side(schema.ACL2_SIDE, second), _Side(schema.ACL3_SIDE, third)]
     hints = reuse.index_hints() if reuse is not None and reuse.profile is Profile.HSM else {}
     uids = {side.name: side.uids() for side in sides}
     phases: list[tuple[str, float]] = []
@@ -800,6 +806,7 @@ def compile_hsm(
         acl_terms=len(acl_all),
         ids_terms=len(sides[1].terms),
         acl2_terms=len(sides[2].terms) if partitioned else 0,
+        acl3_terms=len(sides[3].terms) if partitioned else 0,
         tables=table_stats(entries),
         classes={f"{side}.{level}": len(sets) for (side, level), sets in class_sets.items()},
         segment_entries_alone=_segments_alone(sides),

@@ -1,10 +1,10 @@
-"""Hybrid classification: HSM/IPP for most rules (the ACL in two partitions where one does not
+"""Hybrid classification: HSM/IPP for most rules (the ACL in three partitions where one does not
 fit), a small priority ternary table for the rest.
 
-A second ACL partition comes first: the rules wider in the source than in the destination get a
-chain of their own (`acl2_*` tables over indexes the same segment lookups return), so that they do
-not meet the rules the other way round in one cross product (see `_second_partition`). Then, if
-the partitions still do not fit, rules are spilled as below, from either partition.
+ACL partitions come first: rules wide in the source and rules wide in the destination get chains
+of their own (`acl2_*`, `acl3_*` tables over indexes the same segment lookups return), so that
+they do not meet each other, nor the narrow rules, in one cross product (see `_partitions`).
+Then, if the partitions still do not fit, rules are spilled as below, from any partition.
 
 The HSM cross products blow up on rules that are wide in some fields and narrow in others (each
 such rule meets many classes of the other field). When a table would not fit its bank, the
@@ -52,7 +52,7 @@ from controller.hsm.compile import (
 )
 from controller.hsm.naive import naive_entries
 from controller.hsm.rules import AclRule, IdsRule
-from controller.hsm.spill_cost import TableBudgets, choose_spill, take_census
+from controller.hsm.spill_cost import Census, TableBudgets, choose_spill, take_census
 from controller.hsm.stats import table_stats
 from opengate.entries import Exact, TableEntry
 from opengate.fields import PortRange, Prefix, prefix_mask
@@ -71,11 +71,23 @@ SHRINK_SECONDS = 20.0
 @dataclass(frozen=True, slots=True)
 class SpillPlan:
     """The rules kept out of HSM (ACL positions and IDS rule ids), and the ACL positions HSM's
-    second partition holds (the rest of the ACL being in the first)."""
+    second and third partitions hold (the rest of the ACL being in the first)."""
 
     acl: frozenset[int] = frozenset()
     ids: frozenset[int] = frozenset()
     acl2: frozenset[int] = frozenset()
+    acl3: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Partitions:
+    """The ACL positions of the second and third partitions, and those spilled before any
+    choice by cost (the rules wide in both addresses, when the first partition cannot hold
+    them)."""
+
+    acl2: frozenset[int] = frozenset()
+    acl3: frozenset[int] = frozenset()
+    spilled: frozenset[int] = frozenset()
 
 
 def spill_limits() -> dict[str, int]:
@@ -94,7 +106,7 @@ def compile_hybrid(
     shrink_seconds: float = SHRINK_SECONDS,
 ) -> CompiledTables:
     """HSM alone if it fits; else, where the program has them (the limits give the second ACL
-    partition's tables room), HSM with the ACL in two partitions; and over the rules left after
+    partitions' tables room), HSM with the ACL in three partitions; and over the rules left after
     the fewest spilled rules found, plus the spill tables' entries. Raises `TableOverflow` when
     no spill the tables hold makes HSM fit."""
     started = time.perf_counter()
@@ -115,23 +127,25 @@ def compile_hybrid(
     except TableOverflow as caught:
         first = caught
     terms = {schema.ACL_SIDE: acl_terms(acl), schema.IDS_SIDE: ids_terms(ids)}
-    acl2: frozenset[int] = frozenset()
+    parts = Partitions()
     if partitioned and _side_of(first.table) is not None:
         # the ACL's own cross products overflowed (not only the IDS's): known without a census
         overflowed = _side_of(first.table) == schema.ACL_SIDE
-        acl2 = _second_partition(terms[schema.ACL_SIDE], hsm_all, overflowed)
+        acl_spill = budget[schema.SPILL_TABLES[schema.ACL_SIDE]]
+        parts = _partitions(terms[schema.ACL_SIDE], hsm_all, overflowed, acl_spill)
+    acl2 = parts.acl2 | parts.acl3
     if _side_of(first.table) is not None:  # a cross product overflowed, not a segment table
-        chosen = _chosen_by_cost(terms, budget, hsm_all, shrink_seconds, acl2)
+        chosen = _chosen_by_cost(terms, budget, hsm_all, shrink_seconds, parts)
         if chosen is None and acl2:
-            # The ranking below spills the same rules from both partitions; where the choice by
+            # The ranking below spills the same rules from all partitions; where the choice by
             # cost, partition by partition, runs out of spill entries it did not fit either
-            # (fw1_10k, ipc1_10k), and it takes minutes to say so.
+            # (ipc1_10k), and it takes minutes to say so.
             raise TableOverflow(
                 first.table,
                 first.needed,
                 first.limit,
                 note=(
-                    "with the ACL in two partitions, the rules that would have to leave HSM "
+                    "with the ACL in three partitions, the rules that would have to leave HSM "
                     "are more than the spill tables hold; the static ranking was not tried"
                 ),
             )
@@ -180,7 +194,6 @@ def compile_hybrid(
         return SpillPlan(
             frozenset(ranked[schema.ACL_SIDE][: counts[schema.ACL_SIDE]]),
             frozenset(ranked[schema.IDS_SIDE][: counts[schema.IDS_SIDE]]),
-            acl2,
         )
 
     def attempt() -> CompiledTables | TableOverflow:
@@ -261,24 +274,26 @@ def _chosen_by_cost(
     budget: Mapping[str, int],
     limits: Mapping[str, int],
     seconds: float,
-    acl2: frozenset[int] = frozenset(),
+    parts: Partitions = Partitions(),
 ) -> SpillPlan | None:
     """Per chain (each ACL partition, the IDS), the spill `choose_spill` finds; the partitions
-    of the ACL share its spill table (None: no spill that fits was found)."""
-    chosen: dict[str, set[int]] = {schema.ACL_SIDE: set(), schema.IDS_SIDE: set()}
+    of the ACL share its spill table, which holds `parts.spilled` first (None: no spill that
+    fits was found)."""
+    chosen: dict[str, set[int]] = {schema.ACL_SIDE: set(parts.spilled), schema.IDS_SIDE: set()}
     deadline = time.perf_counter() + seconds
-    acl = terms[schema.ACL_SIDE]
+    acl = [t for t in terms[schema.ACL_SIDE] if t.rule_id not in parts.spilled]
+    second, third = parts.acl2, parts.acl3 - parts.acl2
     chains = [
-        (schema.ACL_CHAIN, [t for t in acl if t.rule_id not in acl2]),
+        (schema.ACL_CHAIN, [t for t in acl if t.rule_id not in second and t.rule_id not in third]),
         (schema.IDS_CHAIN, terms[schema.IDS_SIDE]),
     ]
-    if acl2:
-        chains.append((schema.ACL2_CHAIN, [t for t in acl if t.rule_id in acl2]))
+    if second:
+        chains.append((schema.ACL2_CHAIN, [t for t in acl if t.rule_id in second]))
+    if third:
+        chains.append((schema.ACL3_CHAIN, [t for t in acl if t.rule_id in third]))
     for chain, chain_terms in chains:
         side = chain.rule_set
-        table_budgets = TableBudgets(
-            limits[chain.addr_pair], limits[chain.port_pair], limits[chain.final]
-        )
+        table_budgets = _budgets(chain, limits)
         spent = sum(t.rows for t in terms[side] if t.rule_id in chosen[side])
         choice = choose_spill(
             chain_terms,
@@ -301,31 +316,99 @@ def _chosen_by_cost(
         if not choice.fits:
             return None
         chosen[side] |= set(choice.spilled)
-    return SpillPlan(frozenset(chosen[schema.ACL_SIDE]), frozenset(chosen[schema.IDS_SIDE]), acl2)
+    return SpillPlan(
+        frozenset(chosen[schema.ACL_SIDE]), frozenset(chosen[schema.IDS_SIDE]), second, third
+    )
 
 
-def _second_partition(
-    terms: Sequence[MatchTerm], limits: Mapping[str, int], overflowed: bool
-) -> frozenset[int]:
-    """The ACL rules for HSM's second partition: none when the ACL's cross products fit in one
-    (`overflowed` False and a census says so), else the rules wider in the source than in the
-    destination. The choice by cost (`_chosen_by_cost`) then spills what the partitions still
-    cannot hold, if anything.
+def _budgets(chain: schema.Chain, limits: Mapping[str, int]) -> TableBudgets:
+    return TableBudgets(limits[chain.addr_pair], limits[chain.port_pair], limits[chain.final])
+
+
+def _partitions(
+    terms: Sequence[MatchTerm], limits: Mapping[str, int], overflowed: bool, spill_budget: int
+) -> Partitions:
+    """The ACL rules for HSM's second and third partitions: none when the ACL's cross products
+    fit in one (`overflowed` False and a census says so).
 
     The cross products blow up where rules wide in one address and narrow in the other meet
     rules the other way round: each source class of the first kind pairs with each destination
     class of the second. Apart, neither kind makes many classes on its wide side (ClassBench's
     fw1_1k: 8,712 and 3,927 address pairs apart, over 24,000 together, and its final table 0.5
-    and 0.1 million entries apart where together it needs 25 million)."""
+    and 0.1 million entries apart where together it needs 25 million). Narrow rules (a /28 or
+    longer in both addresses) meet the narrow side of either kind the same way (fw1_10k's 1,754
+    rules narrow in the source and wide in the destination, with its 716 narrow in both: 1.9
+    million address pairs), hence three partitions: the first holds the rules wide in neither
+    address, the second those wide in the source, the third those wide in the destination.
+
+    Which rules count as wide: two ways are tried, and the one whose censuses overflow the
+    tables least is kept (a census of each partition, without a spill: a few seconds at 10k
+    rules).
+    - by prefix class: the second partition holds the rules wide (/8 or shorter) in the source
+      only, the third those wide in the destination only (fw1_10k: 5 rules spilled where the
+      other way spills 183);
+    - by order: the second partition holds the rules shorter in the source than in the
+      destination, the third those wide in the destination only (ipc1_1k: 8 spilled, the other
+      way 42).
+    Rules wide in both addresses go to the first partition, unless a census says that it then
+    does not fit; then they are spilled first (fw1_10k's 305, whose port classes meet every
+    address class), if the spill table holds them."""
     chain = schema.ACL_CHAIN
-    budgets = TableBudgets(limits[chain.addr_pair], limits[chain.port_pair], limits[chain.final])
-    if not overflowed and take_census(terms).fits(budgets):
-        return frozenset()
+    if not overflowed and take_census(terms).fits(_budgets(chain, limits)):
+        return Partitions()
 
     def length(term: MatchTerm, f: int) -> int:
         return min(p.length for p in term.fields[f])  # type: ignore[union-attr]
 
-    return frozenset(t.rule_id for t in terms if length(t, 0) < length(t, 1))
+    def wide(term: MatchTerm, f: int) -> bool:
+        return length(term, f) <= WIDE_PREFIX
+
+    both = [t for t in terms if wide(t, 0) and wide(t, 1)]
+    rest = [t for t in terms if not (wide(t, 0) and wide(t, 1))]
+    ways = {
+        "by prefix class": [t.rule_id for t in rest if wide(t, 0)],
+        "by order": [t.rule_id for t in rest if length(t, 0) < length(t, 1)],
+    }
+    best: tuple[float, str, list[MatchTerm], frozenset[int], frozenset[int]] | None = None
+    for way, second_ids in ways.items():
+        second = frozenset(second_ids)
+        third = frozenset(t.rule_id for t in rest if wide(t, 1) and t.rule_id not in second)
+        first = [t for t in rest if t.rule_id not in second and t.rule_id not in third]
+        groups = [
+            (schema.ACL_CHAIN, first),
+            (schema.ACL2_CHAIN, [t for t in rest if t.rule_id in second]),
+            (schema.ACL3_CHAIN, [t for t in rest if t.rule_id in third]),
+        ]
+        excess = sum(_excess(take_census(g), _budgets(c, limits)) for c, g in groups if g)
+        LOG.debug("partitions %s: %d / %d / %d rules, excess %.3f", way, len(first),
+                  len(second), len(third), excess)  # fmt: skip
+        if best is None or excess < best[0]:
+            best = (excess, way, first, second, third)
+    assert best is not None
+    _, way, first, second, third = best
+    spilled: frozenset[int] = frozenset()
+    if (
+        both
+        and sum(t.rows for t in both) <= spill_budget
+        and not take_census([*first, *both]).fits(_budgets(chain, limits))
+    ):
+        spilled = frozenset(t.rule_id for t in both)
+    LOG.info(
+        "hybrid: ACL partitions %s: %d, %d and %d rules; %d wide in both addresses %s",
+        way,
+        len({t.rule_id for t in first}),
+        len(second),
+        len(third),
+        len({t.rule_id for t in both}),
+        "spilled first" if spilled else "in the first",
+    )
+    return Partitions(second, third - second, spilled)
+
+
+def _excess(census: Census, budgets: TableBudgets) -> float:
+    """How far over its tables' budgets a census is (0: it fits)."""
+    sizes = (budgets.addr_pair, budgets.port_pair, budgets.final)
+    return sum(max(0.0, n / b - 1.0) for n, b in zip(census.needed, sizes, strict=True))
 
 
 def compile_spilled(
@@ -339,8 +422,9 @@ def compile_spilled(
     progress: Progress | None = None,
     partitioned: bool = False,
 ) -> CompiledTables:
-    """HSM over the rules `chosen` leaves (in its two ACL partitions if `chosen.acl2`), plus the
-    spill tables holding the chosen ones. `partitioned`: the program has the second partition."""
+    """HSM over the rules `chosen` leaves (in its ACL partitions: `chosen.acl2`, `chosen.acl3`),
+    plus the spill tables holding the chosen ones. `partitioned`: the program has the extra
+    partitions."""
     budget = {**spill_limits(), **(limits or {})}
     hsm_limits = {k: v for k, v in budget.items() if k not in schema.SPILL_TABLES.values()}
     spill = _spill_entries(acl, ids, chosen, version, budget)
@@ -359,6 +443,7 @@ def compile_spilled(
         skip_ids=chosen.ids | hidden_ids,
         partitioned=partitioned,
         acl2=chosen.acl2,
+        acl3=chosen.acl3,
     )
     entries = (*tables.entries, *spill)
     stats = replace(

@@ -23,8 +23,10 @@ SET_CLASSIFIER_VERSION = "set_classifier_version"
 ACL_SIDE = "acl"
 IDS_SIDE = "ids"
 SIDES = (ACL_SIDE, IDS_SIDE)  # the rule sets
-# The hybrid's second ACL partition: a chain of its own over ACL rules the first one does not hold.
+# The hybrid's second and third ACL partitions: chains of their own over ACL rules the first one
+# does not hold.
 ACL2_SIDE = "acl2"
+ACL3_SIDE = "acl3"
 
 FIELDS = ("src", "dst", "sport", "dport", "proto")
 
@@ -86,9 +88,19 @@ ACL2_CHAIN = Chain(
     ACL2_SIDE, "acl2_addr_pair", "acl2_port_pair", "acl2_verdict", "set_acl2_addr_index",
     "set_acl2_port_index", ACL_SIDE,
 )  # fmt: skip
-# In the order of the segment actions' parameters (acl_index, ids_index, acl2_index).
-CHAINS = {ACL_SIDE: ACL_CHAIN, IDS_SIDE: IDS_CHAIN, ACL2_SIDE: ACL2_CHAIN}
-ACL2_TABLES = (ACL2_CHAIN.addr_pair, ACL2_CHAIN.port_pair, ACL2_CHAIN.final)
+ACL3_CHAIN = Chain(
+    ACL3_SIDE, "acl3_addr_pair", "acl3_port_pair", "acl3_verdict", "set_acl3_addr_index",
+    "set_acl3_port_index", ACL_SIDE,
+)  # fmt: skip
+# In the order of the segment actions' parameters (acl_index, ids_index, acl2_index, acl3_index).
+CHAINS = {ACL_SIDE: ACL_CHAIN, IDS_SIDE: IDS_CHAIN, ACL2_SIDE: ACL2_CHAIN, ACL3_SIDE: ACL3_CHAIN}
+# The ACL's extra partitions, where the program has them (all or none).
+EXTRA_PARTITIONS = (ACL2_SIDE, ACL3_SIDE)
+PARTITION_TABLES = tuple(
+    t
+    for side in EXTRA_PARTITIONS
+    for t in (CHAINS[side].addr_pair, CHAINS[side].port_pair, CHAINS[side].final)
+)
 
 ACL_ACTIONS = ("acl_permit", "acl_deny", "acl_to_cpu")
 SET_IDS_CLASS = "set_ids_class"
@@ -100,9 +112,9 @@ ACL_SPILL = "acl_spill"
 IDS_SPILL = "ids_spill"
 SPILL_TABLES = {ACL_SIDE: ACL_SPILL, IDS_SIDE: IDS_SPILL}
 NAIVE_KEYS = ("ipv4_src", "ipv4_dst", "l4_sport", "l4_dport", "ip_proto")
-# What a hybrid program (the v1model builds: OG_HSM_SPILL) has beyond HSM: the second ACL
-# partition and the spill tables. A program without them (TNA) classifies with HSM alone.
-HYBRID_TABLES: tuple[str, ...] = (*ACL2_TABLES, *SPILL_TABLES.values())
+# What a hybrid program (the v1model builds: OG_HSM_SPILL) has beyond HSM: the extra ACL
+# partitions and the spill tables. A program without them (TNA) classifies with HSM alone.
+HYBRID_TABLES: tuple[str, ...] = (*PARTITION_TABLES, *SPILL_TABLES.values())
 
 HSM_TABLES: tuple[str, ...] = (
     *(t.name for t in SEGMENT_TABLES),

@@ -127,6 +127,7 @@ class CompileStats:
     acl_spilled: int = 0  # hybrid: ACL rules in acl_spill
     ids_spilled: int = 0  # hybrid: IDS rules in ids_spill
     acl2_terms: int = 0  # hybrid: ACL terms in the second partition (acl2_* tables)
+    acl3_terms: int = 0  # hybrid: ACL terms in the third partition (acl3_* tables)
 
     def entries(self, table: str) -> int:
         return sum(t.entries for t in self.tables if t.table == table)
@@ -150,8 +151,9 @@ class CompileStats:
         return len(schema.SEGMENT_TABLES) + 2 * 3 + self._hybrid_lookups()
 
     def _hybrid_lookups(self) -> int:
-        """The second ACL partition's chain and the spill tables, where they hold rules."""
-        return (3 if self.acl2_terms else 0) + (2 if self.spilled else 0)
+        """The extra ACL partitions' chains and the spill tables, where they hold rules."""
+        chains = bool(self.acl2_terms) + bool(self.acl3_terms)
+        return 3 * chains + (2 if self.spilled else 0)
 
     @property
     def separate_lookups_per_packet(self) -> int:

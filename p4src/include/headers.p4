@@ -245,7 +245,8 @@ struct local_metadata_t {
     agg_index_t   ids_addr_index;
     agg_index_t   ids_port_index;
 #ifdef OG_HSM_SPILL
-    // The hybrid's second ACL partition (Classify): its own classes of each field and pair.
+    // The hybrid's second and third ACL partitions (Classify): their own classes of each field
+    // and pair.
     seg_index_t   acl2_sa_index;
     seg_index_t   acl2_da_index;
     seg_index_t   acl2_sp_index;
@@ -253,6 +254,13 @@ struct local_metadata_t {
     seg_index_t   acl2_proto_index;
     agg_index_t   acl2_addr_index;
     agg_index_t   acl2_port_index;
+    seg_index_t   acl3_sa_index;
+    seg_index_t   acl3_da_index;
+    seg_index_t   acl3_sp_index;
+    seg_index_t   acl3_dp_index;
+    seg_index_t   acl3_proto_index;
+    agg_index_t   acl3_addr_index;
+    agg_index_t   acl3_port_index;
 #endif
     acl_verdict_t acl_verdict;
     rule_id_t     acl_rule;

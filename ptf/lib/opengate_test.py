@@ -251,7 +251,7 @@ class OpenGateTest(P4RuntimeTest):
                     table,
                     {"version": Exact(0), field: value},
                     action,
-                    {"acl_index": 1, "ids_index": 1, "acl2_index": 0},
+                    {"acl_index": 1, "ids_index": 1, "acl2_index": 0, "acl3_index": 0},
                     priority=priority,
                 )
             )

@@ -64,7 +64,7 @@ class SegmentsAndAggregationSelectRule(OpenGateTest):
                     table,
                     {**version, field: value},
                     action,  # type: ignore[dict-item]
-                    {"acl_index": acl, "ids_index": 0, "acl2_index": 0},
+                    {"acl_index": acl, "ids_index": 0, "acl2_index": 0, "acl3_index": 0},
                     priority=priority,
                 )
             )
@@ -141,7 +141,7 @@ class VersionFlipSwitchesBanks(OpenGateTest):
                     table,
                     {"version": Exact(1), field: value},
                     action,
-                    {"acl_index": 1, "ids_index": 1, "acl2_index": 0},
+                    {"acl_index": 1, "ids_index": 1, "acl2_index": 0, "acl3_index": 0},
                     priority=priority,
                 )
             )
@@ -262,54 +262,122 @@ class HybridSpillTableEarlierRuleWins(OpenGateTest):
         self.assertEqual((record["acl_rule"], record["ids_class"]), (5, 7))
 
 
-class HybridSecondPartitionEarlierRuleWins(OpenGateTest):
-    """The hybrid's second ACL partition: the first says rule 5 (permit) for everything; in the
-    second, rule 2 (deny, port 22) comes first and wins, rule 9 (deny, port 80) comes after rule
-    5 and does not, and a packet the second does not match (port 443) keeps the first's verdict.
-    The segment lookups give the second partition's indexes beside the first's."""
+class HybridPartitionTest(OpenGateTest):
+    """Rules in the hybrid's extra ACL partitions (`acl2_*`, `acl3_*`): the segment lookups give
+    their indexes beside the first partition's."""
 
-    def runTest(self) -> None:
-        if pc.T_ACL2_VERDICT not in self.schema.tables.by_name:
-            self.skipTest("this build has no second ACL partition")
-        self.classify_everything(rule_id=5)
+    def partition_rules(self, part: str, rules: dict[int, tuple[int, str]]) -> None:
+        """In partition `part`, rule `rule` with `action` for TCP packets to each port (the
+        dp_segment entries of every port name all three partitions' indexes)."""
         v0 = {"version": Exact(0)}
-        for port, index in ((22, 2), (80, 3)):
-            self.insert(
-                TableEntry.make(
-                    pc.T_DP_SEGMENT,
-                    {**v0, "l4_dport": Range(port, port)},
-                    pc.A_SET_DP_INDEX,
-                    {"acl_index": 1, "ids_index": 1, "acl2_index": index},
-                    priority=10,  # over classify_everything's any-port segment
-                )
-            )
-            self.insert(
-                TableEntry.make(
-                    pc.T_ACL2_PORT_PAIR,
-                    {**v0, "acl2_sp_index": Exact(0), "acl2_dp_index": Exact(index)},
-                    pc.A_SET_ACL2_PORT_INDEX,
-                    {"index": index},
-                )
-            )
+        addr_pair, port_pair, verdict, set_addr, set_port = PARTITION_TABLES[part]
         self.insert(
             TableEntry.make(
-                pc.T_ACL2_ADDR_PAIR,
-                {**v0, "acl2_sa_index": Exact(0), "acl2_da_index": Exact(0)},
-                pc.A_SET_ACL2_ADDR_INDEX,
+                addr_pair,
+                {**v0, f"{part}_sa_index": Exact(0), f"{part}_da_index": Exact(0)},
+                set_addr,
                 {"index": 1},
             )
         )
-        for index, rule in ((2, 2), (3, 9)):
+        for port, (rule, action) in rules.items():
+            index = self.dport_index(port)
+            self.insert(
+                TableEntry.make(
+                    port_pair,
+                    {**v0, f"{part}_sp_index": Exact(0), f"{part}_dp_index": Exact(index)},
+                    set_port,
+                    {"index": index},
+                )
+            )
             key = {
                 **v0,
-                "acl2_addr_index": Exact(1),
-                "acl2_port_index": Exact(index),
-                "acl2_proto_index": Exact(0),
+                f"{part}_addr_index": Exact(1),
+                f"{part}_port_index": Exact(index),
+                f"{part}_proto_index": Exact(0),
             }
-            self.insert(TableEntry.make(pc.T_ACL2_VERDICT, key, pc.A_ACL_DENY, {"rule_id": rule}))
-        self.assert_dropped(INSIDE, bytes(refresh(tcp_packet(dport=22))), pc.DROP_ACL_DENY)
-        for dport in (80, 443):
+            self.insert(TableEntry.make(verdict, key, action, {"rule_id": rule}))
+
+    def dport_index(self, port: int) -> int:
+        """The destination port's segment (index = its position among the ports, + 2), in
+        every partition."""
+        index = 2 + PORTS.index(port)
+        if port not in self.segments:
+            self.segments.add(port)
+            self.insert(
+                TableEntry.make(
+                    pc.T_DP_SEGMENT,
+                    {"version": Exact(0), "l4_dport": Range(port, port)},
+                    pc.A_SET_DP_INDEX,
+                    {"acl_index": 1, "ids_index": 1, "acl2_index": index, "acl3_index": index},
+                    priority=10,  # over classify_everything's any-port segment
+                )
+            )
+        return index
+
+    def check(self, denied: tuple[int, ...], permitted: tuple[int, ...]) -> None:
+        for dport in denied:
+            self.assert_dropped(INSIDE, bytes(refresh(tcp_packet(dport=dport))), pc.DROP_ACL_DENY)
+        for dport in permitted:
             packet = refresh(tcp_packet(dport=dport))
             testutils.send_packet(self, INSIDE, bytes(packet))
             testutils.verify_packet(self, routed(packet, OUTSIDE, HOST_OUT_MAC), OUTSIDE)
             testutils.verify_no_other_packets(self)
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.segments: set[int] = set()
+        if pc.T_ACL3_VERDICT not in self.schema.tables.by_name:
+            self.skipTest("this build has no extra ACL partitions")
+
+
+PORTS = (22, 80, 443, 8080)
+# The extra partitions' tables and actions (their key fields are named after the partition).
+PARTITION_TABLES = {
+    "acl2": (
+        pc.T_ACL2_ADDR_PAIR,
+        pc.T_ACL2_PORT_PAIR,
+        pc.T_ACL2_VERDICT,
+        pc.A_SET_ACL2_ADDR_INDEX,
+        pc.A_SET_ACL2_PORT_INDEX,
+    ),
+    "acl3": (
+        pc.T_ACL3_ADDR_PAIR,
+        pc.T_ACL3_PORT_PAIR,
+        pc.T_ACL3_VERDICT,
+        pc.A_SET_ACL3_ADDR_INDEX,
+        pc.A_SET_ACL3_PORT_INDEX,
+    ),
+}
+
+
+class HybridSecondPartitionEarlierRuleWins(HybridPartitionTest):
+    """The first partition says rule 5 (permit) for everything; in the second, rule 2 (deny,
+    port 22) comes first and wins, rule 9 (deny, port 80) comes after rule 5 and does not, and a
+    packet the second does not match (port 443) keeps the first's verdict."""
+
+    def runTest(self) -> None:
+        self.classify_everything(rule_id=5)
+        self.partition_rules("acl2", {22: (2, pc.A_ACL_DENY), 80: (9, pc.A_ACL_DENY)})
+        self.dport_index(443)
+        self.check(denied=(22,), permitted=(80, 443))
+
+
+class HybridThirdPartitionEarliestOfThreeWins(HybridPartitionTest):
+    """Three partitions: the first says rule 5 (permit) for everything. Port 22: the third's
+    rule 2 (deny) is the earliest. Port 80: the second's rule 4 (deny) beats the third's rule 6
+    (permit). Port 443: the third's rule 3 (permit) beats the second's rule 4 (deny). Port 8080:
+    the third's rule 9 (deny) comes after the first's rule 5, which stands."""
+
+    def runTest(self) -> None:
+        self.classify_everything(rule_id=5)
+        self.partition_rules("acl2", {80: (4, pc.A_ACL_DENY), 443: (4, pc.A_ACL_DENY)})
+        self.partition_rules(
+            "acl3",
+            {
+                22: (2, pc.A_ACL_DENY),
+                80: (6, pc.A_ACL_PERMIT),
+                443: (3, pc.A_ACL_PERMIT),
+                8080: (9, pc.A_ACL_DENY),
+            },
+        )
+        self.check(denied=(22, 80), permitted=(443, 8080))

@@ -1,8 +1,8 @@
-"""The hybrid (HSM in two ACL partitions plus spill tables) classifies exactly as first-match
+"""The hybrid (HSM in three ACL partitions plus spill tables) classifies exactly as first-match
 linear search does, for any split of the rules between the partitions and the spill tables (rules
-spilled, rules shadowed by spilled rules or by rules of the other partition, spilled rules
+spilled, rules shadowed by spilled rules or by rules of another partition, spilled rules
 shadowed by kept ones); the compiler partitions and spills only when HSM alone does not fit, and
-the ClassBench sets whose cross products overflow fit with two partitions and a small spill."""
+the ClassBench sets whose cross products overflow fit with three partitions and a small spill."""
 
 from __future__ import annotations
 
@@ -38,13 +38,17 @@ def test_any_split_between_partitions_and_spill_tables_classifies_like_linear_se
     positions = st.sets(st.sampled_from(range(len(acl)))) if acl else st.just(set())
     spilled_acl = data.draw(positions)
     second = data.draw(positions)  # may hold spilled rules too: spilled wins
+    third = data.draw(positions)  # may overlap the second: the second wins
     ids_ids = [r.rule_id for r in ids]
     spilled_ids = data.draw(st.sets(st.sampled_from(ids_ids)) if ids else st.just(set()))
-    plan = SpillPlan(frozenset(spilled_acl), frozenset(spilled_ids), frozenset(second))
+    plan = SpillPlan(
+        frozenset(spilled_acl), frozenset(spilled_ids), frozenset(second), frozenset(third)
+    )
     compiled = compile_spilled(acl, ids, plan, partitioned=True)
     assert compiled.stats.acl_spilled == len(spilled_acl)
-    kept_second = {t.rule_id for t in acl_terms(acl)} & (second - spilled_acl)
-    assert compiled.stats.acl2_terms == len(kept_second)
+    kept = {t.rule_id for t in acl_terms(acl)} - spilled_acl
+    assert compiled.stats.acl2_terms == len(kept & second)
+    assert compiled.stats.acl3_terms == len(kept & third - second)
     assert_same_as_linear(compiled.entries, acl, ids, _packets(acl, ids, 60))
 
 
@@ -88,8 +92,8 @@ def host_rules(count: int, first: int = 0) -> list[AclRule]:
     ]
 
 
-@pytest.mark.parametrize("name", ["fw1_1k", "ipc1_1k", "acl1_10k"])
-def test_classbench_sets_that_overflow_fit_with_two_partitions_and_a_small_spill(
+@pytest.mark.parametrize("name", ["fw1_1k", "ipc1_1k", "acl1_10k", "fw1_10k"])
+def test_classbench_sets_that_overflow_fit_with_three_partitions_and_a_small_spill(
     classbench_dir: Path, name: str
 ) -> None:
     acl = parse_classbench(classbench_dir / name)
@@ -100,13 +104,14 @@ def test_classbench_sets_that_overflow_fit_with_two_partitions_and_a_small_spill
     seconds = time.perf_counter() - started
     stats = compiled.stats
     assert stats.profile == "hsm"
-    assert 0 < stats.acl2_terms < stats.acl_terms  # both partitions hold rules
+    assert 0 < stats.acl2_terms + stats.acl3_terms < stats.acl_terms  # partitioned
     assert stats.entries(schema.ACL_SPILL) <= schema.table_capacity(schema.ACL_SPILL) // 2
-    for table in (*schema.HSM_TABLES, *schema.ACL2_TABLES):
+    for table in (*schema.HSM_TABLES, *schema.PARTITION_TABLES):
         assert stats.entries(table) <= schema.table_capacity(table) // 2, table
     assert_same_as_linear(compiled.entries, acl, [], _packets(acl, [], 400))
     print(
-        f"{name}: {stats.acl2_terms} terms in the second partition, {stats.acl_spilled} of "
+        f"{name}: {stats.acl2_terms} and {stats.acl3_terms} terms in the second and third "
+        f"partitions, {stats.acl_spilled} of "
         f"{len(acl)} rules spilled in {seconds:.1f}s"
     )
     assert stats.acl_spilled <= 0.05 * len(acl)  # issue #17's goal: at most 5 % spilled

@@ -177,7 +177,7 @@ def classification_entries() -> list[TableEntry]:
             table,
             {"version": v0, name: value},
             action,
-            {"acl_index": acl, "ids_index": ids, "acl2_index": 0},
+            {"acl_index": acl, "ids_index": ids, "acl2_index": 0, "acl3_index": 0},
             priority=prio,
         )
         for table, name, value, action, prio, (acl, ids) in seg

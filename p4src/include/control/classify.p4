@@ -10,11 +10,12 @@
 // products (those that blow them up) sit in a small priority ternary table per rule set,
 // `acl_spill` and `ids_spill`, banked like the rest and looked up beside HSM; of the two results
 // the rule that comes first wins (rule ids are positions in the rule set), so the verdict is
-// still first-match linear search over all the rules. The hybrid also has a second ACL partition:
-// the compiler puts the rules wider in the source than in the destination into tables of their
-// own (`acl2_addr_pair`, `acl2_port_pair`, `acl2_verdict`, over indexes the same segment lookups
-// return), so that the two kinds of rules do not meet in one cross product; again the rule that
-// comes first of the partitions' (and the spill tables') results wins.
+// still first-match linear search over all the rules. The hybrid also has a second and a third ACL
+// partition: the compiler puts the rules wide in the source (and not in the destination) into
+// tables of their own (`acl2_addr_pair`, `acl2_port_pair`, `acl2_verdict`, over indexes the same
+// segment lookups return) and the rules the other way round into a third chain (`acl3_*`), so
+// that the kinds of rules do not meet in one cross product; again the rule that comes first of the
+// partitions' (and the spill tables') results wins.
 //
 // -DWITH_NAIVE_ACL: one priority ternary table per rule set, the baseline the benchmark compares.
 #ifndef OPENGATE_CONTROL_CLASSIFY_P4
@@ -94,11 +95,11 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
     }
 
 #ifdef OG_HSM_SPILL
-    // The segment actions also give the second ACL partition's index (the last parameter, so the
-    // others keep their P4Runtime ids).
-#define ACL2_INDEX_PARAM , seg_index_t acl2_index
-#define ACL2_INDEX_ARG , 0
-#define ACL2_INDEX_SET(field) meta.field = acl2_index;
+    // The segment actions also give the second and third ACL partitions' indexes (the last
+    // parameters, so the others keep their P4Runtime ids).
+#define ACL2_INDEX_PARAM , seg_index_t acl2_index, seg_index_t acl3_index
+#define ACL2_INDEX_ARG , 0, 0
+#define ACL2_INDEX_SET(field) meta.acl2_##field = acl2_index; meta.acl3_##field = acl3_index;
 #else
 #define ACL2_INDEX_PARAM
 #define ACL2_INDEX_ARG
@@ -110,35 +111,35 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
     action set_sa_index(seg_index_t acl_index, seg_index_t ids_index ACL2_INDEX_PARAM) {
         meta.acl_sa_index = acl_index;
         meta.ids_sa_index = ids_index;
-        ACL2_INDEX_SET(acl2_sa_index)
+        ACL2_INDEX_SET(sa_index)
     }
 
     @name(".set_da_index")
     action set_da_index(seg_index_t acl_index, seg_index_t ids_index ACL2_INDEX_PARAM) {
         meta.acl_da_index = acl_index;
         meta.ids_da_index = ids_index;
-        ACL2_INDEX_SET(acl2_da_index)
+        ACL2_INDEX_SET(da_index)
     }
 
     @name(".set_sp_index")
     action set_sp_index(seg_index_t acl_index, seg_index_t ids_index ACL2_INDEX_PARAM) {
         meta.acl_sp_index = acl_index;
         meta.ids_sp_index = ids_index;
-        ACL2_INDEX_SET(acl2_sp_index)
+        ACL2_INDEX_SET(sp_index)
     }
 
     @name(".set_dp_index")
     action set_dp_index(seg_index_t acl_index, seg_index_t ids_index ACL2_INDEX_PARAM) {
         meta.acl_dp_index = acl_index;
         meta.ids_dp_index = ids_index;
-        ACL2_INDEX_SET(acl2_dp_index)
+        ACL2_INDEX_SET(dp_index)
     }
 
     @name(".set_proto_index")
     action set_proto_index(seg_index_t acl_index, seg_index_t ids_index ACL2_INDEX_PARAM) {
         meta.acl_proto_index = acl_index;
         meta.ids_proto_index = ids_index;
-        ACL2_INDEX_SET(acl2_proto_index)
+        ACL2_INDEX_SET(proto_index)
     }
 
     OG_PLACE_EARLY
@@ -301,54 +302,58 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
     }
 
 #ifdef OG_HSM_SPILL
-    // The second ACL partition: the same chain as the first over its own indexes; a miss in
-    // its final table leaves the first partition's verdict.
-    @name(".set_acl2_addr_index")
-    action set_acl2_addr_index(agg_index_t index) {
-        meta.acl2_addr_index = index;
+    // The second and third ACL partitions: the same chain as the first over their own indexes; a
+    // miss in a partition's final table leaves the verdict found so far.
+#define OG_STR(x) #x
+#define OG_XSTR(x) OG_STR(x)
+#define OG_ACL_PARTITION(P, ADDR_SIZE, PORT_SIZE, VERDICT_SIZE)                               \
+    @name(OG_XSTR(.set_##P##_addr_index))                                                     \
+    action set_##P##_addr_index(agg_index_t index) {                                          \
+        meta.P##_addr_index = index;                                                          \
+    }                                                                                         \
+    @name(OG_XSTR(.set_##P##_port_index))                                                     \
+    action set_##P##_port_index(agg_index_t index) {                                          \
+        meta.P##_port_index = index;                                                          \
+    }                                                                                         \
+    @name(OG_XSTR(.P##_addr_pair))                                                            \
+    table P##_addr_pair {                                                                     \
+        key = {                                                                               \
+            meta.classifier_version : exact @name("version");                                 \
+            meta.P##_sa_index       : exact @name(OG_XSTR(P##_sa_index));                     \
+            meta.P##_da_index       : exact @name(OG_XSTR(P##_da_index));                     \
+        }                                                                                     \
+        actions = { set_##P##_addr_index; }                                                   \
+        const default_action = set_##P##_addr_index(0);                                       \
+        size = ADDR_SIZE;                                                                     \
+    }                                                                                         \
+    @name(OG_XSTR(.P##_port_pair))                                                            \
+    table P##_port_pair {                                                                     \
+        key = {                                                                               \
+            meta.classifier_version : exact @name("version");                                 \
+            meta.P##_sp_index       : exact @name(OG_XSTR(P##_sp_index));                     \
+            meta.P##_dp_index       : exact @name(OG_XSTR(P##_dp_index));                     \
+        }                                                                                     \
+        actions = { set_##P##_port_index; }                                                   \
+        const default_action = set_##P##_port_index(0);                                       \
+        size = PORT_SIZE;                                                                     \
+    }                                                                                         \
+    @name(OG_XSTR(.P##_verdict))                                                              \
+    table P##_verdict {                                                                       \
+        key = {                                                                               \
+            meta.classifier_version : exact @name("version");                                 \
+            meta.P##_addr_index     : exact @name(OG_XSTR(P##_addr_index));                   \
+            meta.P##_port_index     : exact @name(OG_XSTR(P##_port_index));                   \
+            meta.P##_proto_index    : exact @name(OG_XSTR(P##_proto_index));                  \
+        }                                                                                     \
+        actions = { acl_permit; acl_deny; acl_to_cpu; @defaultonly NoAction; }                \
+        const default_action = NoAction();                                                    \
+        size = VERDICT_SIZE;                                                                  \
     }
 
-    @name(".set_acl2_port_index")
-    action set_acl2_port_index(agg_index_t index) {
-        meta.acl2_port_index = index;
-    }
-
-    @name(".acl2_addr_pair")
-    table acl2_addr_pair {
-        key = {
-            meta.classifier_version : exact @name("version");
-            meta.acl2_sa_index      : exact @name("acl2_sa_index");
-            meta.acl2_da_index      : exact @name("acl2_da_index");
-        }
-        actions = { set_acl2_addr_index; }
-        const default_action = set_acl2_addr_index(0);
-        size = ACL2_ADDR_PAIR_TABLE_SIZE;
-    }
-
-    @name(".acl2_port_pair")
-    table acl2_port_pair {
-        key = {
-            meta.classifier_version : exact @name("version");
-            meta.acl2_sp_index      : exact @name("acl2_sp_index");
-            meta.acl2_dp_index      : exact @name("acl2_dp_index");
-        }
-        actions = { set_acl2_port_index; }
-        const default_action = set_acl2_port_index(0);
-        size = ACL2_PORT_PAIR_TABLE_SIZE;
-    }
-
-    @name(".acl2_verdict")
-    table acl2_verdict {
-        key = {
-            meta.classifier_version : exact @name("version");
-            meta.acl2_addr_index    : exact @name("acl2_addr_index");
-            meta.acl2_port_index    : exact @name("acl2_port_index");
-            meta.acl2_proto_index   : exact @name("acl2_proto_index");
-        }
-        actions = { acl_permit; acl_deny; acl_to_cpu; @defaultonly NoAction; }
-        const default_action = NoAction();
-        size = ACL2_VERDICT_TABLE_SIZE;
-    }
+    OG_ACL_PARTITION(acl2, ACL2_ADDR_PAIR_TABLE_SIZE, ACL2_PORT_PAIR_TABLE_SIZE,
+                     ACL2_VERDICT_TABLE_SIZE)
+    OG_ACL_PARTITION(acl3, ACL3_ADDR_PAIR_TABLE_SIZE, ACL3_PORT_PAIR_TABLE_SIZE,
+                     ACL3_VERDICT_TABLE_SIZE)
 
     @name(".acl_spill")
     table acl_spill {
@@ -406,12 +411,21 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
 #ifdef OG_HSM_SPILL
         acl2_addr_pair.apply();
         acl2_port_pair.apply();
+        acl3_addr_pair.apply();
+        acl3_port_pair.apply();
         acl_verdict_t first_verdict = meta.acl_verdict;
         rule_id_t first_rule = meta.acl_rule;
         acl2_verdict.apply();
         if (first_rule < meta.acl_rule) {
             meta.acl_verdict = first_verdict;
             meta.acl_rule = first_rule;
+        }
+        acl_verdict_t second_verdict = meta.acl_verdict;
+        rule_id_t second_rule = meta.acl_rule;
+        acl3_verdict.apply();
+        if (second_rule < meta.acl_rule) {
+            meta.acl_verdict = second_verdict;
+            meta.acl_rule = second_rule;
         }
 #endif
         ids_addr_pair.apply();
