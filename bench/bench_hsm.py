@@ -38,6 +38,7 @@ from controller.hsm.naive import compile_naive
 from controller.hsm.rules import AclRule, IdsRule, parse_classbench
 from controller.hsm.schema import (
     ACL2_CHAIN,
+    ACL3_CHAIN,
     ACL_CHAIN,
     IDS_CHAIN,
     SEGMENT_TABLES,
@@ -80,6 +81,7 @@ class Result:
     hybrid_seconds: float = 0.0
     hybrid_error: str = ""
     acl2_terms: int = 0
+    acl3_terms: int = 0
     acl_spilled: int = 0
     ids_spilled: int = 0
     hybrid_tables: dict[str, int] = field(default_factory=dict)
@@ -154,7 +156,7 @@ def _hybrid(result: Result, acl: Sequence[AclRule], ids: Sequence[IdsRule]) -> N
         result.hybrid_error = str(overflow)
     else:
         stats = compiled.stats
-        result.acl2_terms = stats.acl2_terms
+        result.acl2_terms, result.acl3_terms = stats.acl2_terms, stats.acl3_terms
         result.acl_spilled, result.ids_spilled = stats.acl_spilled, stats.ids_spilled
         result.hybrid_tables = {t.table: t.entries for t in stats.tables}
         result.hybrid_bytes = stats.total_bytes
@@ -244,9 +246,9 @@ def report(results: list[Result], home_net: str) -> None:
         )
         print("### The hybrid the controller installs for them\n")
         print(
-            "| set | ACL rules | second partition (terms) | spilled ACL / IDS (share of the "
-            "ACL) | compile (s) | fullest segment table | ACL chains' fullest table | IDS chain's "
-            "fullest table | KiB | lookups/pkt | memory accesses/pkt |"
+            "| set | ACL rules | second / third partition (terms) | spilled ACL / IDS (share of "
+            "the ACL) | compile (s) | fullest segment table | ACL chains' fullest table | "
+            "IDS chain's fullest table | KiB | lookups/pkt | memory accesses/pkt |"
         )
         print("|" + "---|" * 11)
         for r in over:
@@ -258,11 +260,14 @@ def report(results: list[Result], home_net: str) -> None:
                 continue
             segments = [t.name for t in SEGMENT_TABLES]
             acl_tables = [
-                t for c in (ACL_CHAIN, ACL2_CHAIN) for t in (c.addr_pair, c.port_pair, c.final)
+                t
+                for c in (ACL_CHAIN, ACL2_CHAIN, ACL3_CHAIN)
+                for t in (c.addr_pair, c.port_pair, c.final)
             ]
             ids_tables = [IDS_CHAIN.addr_pair, IDS_CHAIN.port_pair, IDS_CHAIN.final]
             print(
-                f"| {r.name} | {r.acl_rules:,} | {r.acl2_terms:,} | {r.acl_spilled} / "
+                f"| {r.name} | {r.acl_rules:,} | {r.acl2_terms:,} / {r.acl3_terms:,} | "
+                f"{r.acl_spilled} / "
                 f"{r.ids_spilled} ({r.acl_spilled / r.acl_rules:.1%}) | {r.hybrid_seconds:.1f} | "
                 f"{_fill(r, *segments)} | {_fill(r, *acl_tables)} | {_fill(r, *ids_tables)} | "
                 f"{_kb(r.hybrid_bytes)} | {r.hybrid_lookups} | {r.hybrid_accesses} |"

@@ -304,55 +304,55 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
 #ifdef OG_HSM_SPILL
     // The second and third ACL partitions: the same chain as the first over their own indexes; a
     // miss in a partition's final table leaves the verdict found so far.
-#define OG_STR(x) #x
-#define OG_XSTR(x) OG_STR(x)
-#define OG_ACL_PARTITION(P, ADDR_SIZE, PORT_SIZE, VERDICT_SIZE)                               \
-    @name(OG_XSTR(.set_##P##_addr_index))                                                     \
+#define NAME_STR(x) #x
+#define NAME_XSTR(x) NAME_STR(x)
+#define ACL_PARTITION_CHAIN(P, ADDR_SIZE, PORT_SIZE, VERDICT_SIZE)                            \
+    @name(NAME_XSTR(.set_##P##_addr_index))                                                   \
     action set_##P##_addr_index(agg_index_t index) {                                          \
         meta.P##_addr_index = index;                                                          \
     }                                                                                         \
-    @name(OG_XSTR(.set_##P##_port_index))                                                     \
+    @name(NAME_XSTR(.set_##P##_port_index))                                                   \
     action set_##P##_port_index(agg_index_t index) {                                          \
         meta.P##_port_index = index;                                                          \
     }                                                                                         \
-    @name(OG_XSTR(.P##_addr_pair))                                                            \
+    @name(NAME_XSTR(.P##_addr_pair))                                                          \
     table P##_addr_pair {                                                                     \
         key = {                                                                               \
             meta.classifier_version : exact @name("version");                                 \
-            meta.P##_sa_index       : exact @name(OG_XSTR(P##_sa_index));                     \
-            meta.P##_da_index       : exact @name(OG_XSTR(P##_da_index));                     \
+            meta.P##_sa_index       : exact @name(NAME_XSTR(P##_sa_index));                   \
+            meta.P##_da_index       : exact @name(NAME_XSTR(P##_da_index));                   \
         }                                                                                     \
         actions = { set_##P##_addr_index; }                                                   \
         const default_action = set_##P##_addr_index(0);                                       \
         size = ADDR_SIZE;                                                                     \
     }                                                                                         \
-    @name(OG_XSTR(.P##_port_pair))                                                            \
+    @name(NAME_XSTR(.P##_port_pair))                                                          \
     table P##_port_pair {                                                                     \
         key = {                                                                               \
             meta.classifier_version : exact @name("version");                                 \
-            meta.P##_sp_index       : exact @name(OG_XSTR(P##_sp_index));                     \
-            meta.P##_dp_index       : exact @name(OG_XSTR(P##_dp_index));                     \
+            meta.P##_sp_index       : exact @name(NAME_XSTR(P##_sp_index));                   \
+            meta.P##_dp_index       : exact @name(NAME_XSTR(P##_dp_index));                   \
         }                                                                                     \
         actions = { set_##P##_port_index; }                                                   \
         const default_action = set_##P##_port_index(0);                                       \
         size = PORT_SIZE;                                                                     \
     }                                                                                         \
-    @name(OG_XSTR(.P##_verdict))                                                              \
+    @name(NAME_XSTR(.P##_verdict))                                                            \
     table P##_verdict {                                                                       \
         key = {                                                                               \
             meta.classifier_version : exact @name("version");                                 \
-            meta.P##_addr_index     : exact @name(OG_XSTR(P##_addr_index));                   \
-            meta.P##_port_index     : exact @name(OG_XSTR(P##_port_index));                   \
-            meta.P##_proto_index    : exact @name(OG_XSTR(P##_proto_index));                  \
+            meta.P##_addr_index     : exact @name(NAME_XSTR(P##_addr_index));                 \
+            meta.P##_port_index     : exact @name(NAME_XSTR(P##_port_index));                 \
+            meta.P##_proto_index    : exact @name(NAME_XSTR(P##_proto_index));                \
         }                                                                                     \
         actions = { acl_permit; acl_deny; acl_to_cpu; @defaultonly NoAction; }                \
         const default_action = NoAction();                                                    \
         size = VERDICT_SIZE;                                                                  \
     }
 
-    OG_ACL_PARTITION(acl2, ACL2_ADDR_PAIR_TABLE_SIZE, ACL2_PORT_PAIR_TABLE_SIZE,
+    ACL_PARTITION_CHAIN(acl2, ACL2_ADDR_PAIR_TABLE_SIZE, ACL2_PORT_PAIR_TABLE_SIZE,
                      ACL2_VERDICT_TABLE_SIZE)
-    OG_ACL_PARTITION(acl3, ACL3_ADDR_PAIR_TABLE_SIZE, ACL3_PORT_PAIR_TABLE_SIZE,
+    ACL_PARTITION_CHAIN(acl3, ACL3_ADDR_PAIR_TABLE_SIZE, ACL3_PORT_PAIR_TABLE_SIZE,
                      ACL3_VERDICT_TABLE_SIZE)
 
     @name(".acl_spill")
