@@ -133,10 +133,10 @@ def compile_hybrid(
         overflowed = _side_of(first.table) == schema.ACL_SIDE
         acl_spill = budget[schema.SPILL_TABLES[schema.ACL_SIDE]]
         parts = _partitions(terms[schema.ACL_SIDE], hsm_all, overflowed, acl_spill)
-    acl2 = parts.acl2 | parts.acl3
+    in_partitions = parts.acl2 | parts.acl3
     if _side_of(first.table) is not None:  # a cross product overflowed, not a segment table
         chosen = _chosen_by_cost(terms, budget, hsm_all, shrink_seconds, parts)
-        if chosen is None and acl2:
+        if chosen is None and in_partitions:
             # The ranking below spills the same rules from all partitions; where the choice by
             # cost, partition by partition, runs out of spill entries it did not fit either
             # (ipc1_10k), and it takes minutes to say so.
@@ -194,6 +194,8 @@ def compile_hybrid(
         return SpillPlan(
             frozenset(ranked[schema.ACL_SIDE][: counts[schema.ACL_SIDE]]),
             frozenset(ranked[schema.IDS_SIDE][: counts[schema.IDS_SIDE]]),
+            parts.acl2,
+            parts.acl3 - parts.acl2,
         )
 
     def attempt() -> CompiledTables | TableOverflow:
