@@ -20,7 +20,7 @@ from controller.hsm.update import ClassifierBanks, UpdatePlan, Write, entry_vers
 from controller.policy import Policy
 from opengate.entries import TableEntry
 
-# The banked classification tables: HSM's, and the hybrid's second ACL partition and spill tables
+# The banked classification tables: HSM's, and the hybrid's extra ACL partitions and spill tables
 # where the program has them (v1model builds).
 CLASSIFICATION_TABLES: tuple[str, ...] = (
     *hsm_schema.HSM_TABLES,

@@ -288,7 +288,7 @@ class Walker:
             hit = self._lookup(table, meta)
             params = dict(hit.params) if hit is not None else _SEGMENT_DEFAULT
             for field, param in outputs:
-                # a program without the second ACL partition: no acl2_index (nor its tables)
+                # a program without the extra ACL partitions: no acl2_index (nor its tables)
                 meta[field] = params.get(param, 0)
         results: dict[str, TableEntry | None] = {}
         for chain in schema.CHAINS.values():
@@ -296,7 +296,7 @@ class Walker:
             meta[chain.addr_key] = hit.params[0][1] if hit is not None else 0
             hit = self._lookup(chain.port_pair, meta)
             meta[chain.port_key] = hit.params[0][1] if hit is not None else 0
-            # the second partition's miss is no verdict (NoAction), the others' their default
+            # an extra partition's miss is no verdict (NoAction), the others' their default
             final = self._lookup(chain.final, meta) or self.state.defaults.get(chain.final)
             _keep_earliest(results, chain.rule_set, final)
         # The hybrid's spilled rules: again the earliest rule of a rule set wins.

@@ -34,7 +34,7 @@ LOG = logging.getLogger(__name__)
 Write = tuple[Op, TableEntry]
 EntryKey = tuple[str, tuple[tuple[str, MatchValue], ...], int]  # TableEntry.key()
 
-# Every table with the `version` key: HSM's and, in a hybrid program, the second ACL partition's
+# Every table with the `version` key: HSM's and, in a hybrid program, the extra ACL partitions'
 # and the spill tables.
 _BANKED = frozenset((*schema.HSM_TABLES, *schema.HYBRID_TABLES))
 _NAIVE = frozenset({schema.ACL_NAIVE, schema.IDS_NAIVE})
