@@ -14,8 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.hsm import schema
-from controller.hsm.compile import TableOverflow, acl_terms, compile_hsm
-from controller.hsm.hybrid import SpillPlan, _ranked, compile_hybrid, compile_spilled
+from controller.hsm.compile import TableOverflow, acl_terms, compile_hsm, default_limits
+from controller.hsm.hybrid import (
+    SpillPlan,
+    _partitions,
+    _ranked,
+    compile_hybrid,
+    compile_spilled,
+)
 from controller.hsm.lookup import TableState
 from controller.hsm.rules import AclAction, AclRule, IdsRule, parse_classbench
 from controller.hsm.tables import compile_tables
@@ -165,3 +171,40 @@ def test_a_hybrid_update_writes_the_idle_bank_then_flips() -> None:
     for op, entry in plan_update(state.entries(), 1, third).writes:
         state.apply(op, entry)
     assert_same_as_linear(state.entries(), host_rules(30, first=20), [], packets)
+
+
+def test_partitions_by_wide_side_and_rules_wide_in_both_spilled_first() -> None:
+    """Rules wide in the source go to the second partition, wide in the destination to the
+    third, the rest to the first; rules wide in both stay in the first while it holds them, and
+    are spilled first when they would make it overflow."""
+
+    def rule(src: Prefix, dst: Prefix, dport: PortRange) -> AclRule:
+        return AclRule(src=(src,), dst=(dst,), dport=(dport,))
+
+    anywhere = Prefix(0, 0)
+    narrow = [rule(Prefix(0x0A000000 + i, 32), Prefix(0x0B000000 + i, 32), PortRange(0, 65535))
+              for i in range(20)]  # fmt: skip
+    wide_src = [rule(Prefix(0x0C000000, 8), Prefix(0x0B000100 + i, 32), PortRange(80, 80))
+                for i in range(3)]  # fmt: skip
+    wide_dst = [rule(Prefix(0x0A000100 + i, 32), Prefix(0x0C000000, 6), PortRange(25, 25))
+                for i in range(3)]  # fmt: skip
+    both = [rule(anywhere, anywhere, PortRange(1000 + i, 1000 + i)) for i in range(5)]
+    acl = [*narrow, *wide_src, *wide_dst, *both]
+    ids = {"src": frozenset(range(20, 23)), "dst": frozenset(range(23, 26))}
+    ids["both"] = frozenset(range(26, 31))
+    terms = acl_terms(acl)
+    roomy = default_limits()
+    parts = _partitions(terms, roomy, overflowed=True, spill_budget=1024)
+    assert (parts.acl2, parts.acl3, parts.spilled) == (ids["src"], ids["dst"], frozenset())
+    # The first partition's final table: 20 address classes alone (any port); with the rules
+    # wide in both, each address class meets their 5 ports as well.
+    tight = {**roomy, schema.ACL_CHAIN.final: 60}
+    parts = _partitions(terms, tight, overflowed=True, spill_budget=1024)
+    assert (parts.acl2, parts.acl3, parts.spilled) == (ids["src"], ids["dst"], ids["both"])
+    # no room in the spill table for them: they stay, and the choice by cost decides
+    parts = _partitions(terms, tight, overflowed=True, spill_budget=4)
+    assert parts.spilled == frozenset()
+    compiled = compile_hybrid(acl, [], limits=tight, shrink_seconds=5)
+    assert compiled.stats.acl_spilled >= 1
+    assert compiled.stats.entries(schema.ACL_CHAIN.final) <= 60
+    assert_same_as_linear(compiled.entries, acl, [], _packets(acl, [], 200))
