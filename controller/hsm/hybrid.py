@@ -71,23 +71,13 @@ SHRINK_SECONDS = 20.0
 @dataclass(frozen=True, slots=True)
 class SpillPlan:
     """The rules kept out of HSM (ACL positions and IDS rule ids), and the ACL positions HSM's
-    second and third partitions hold (the rest of the ACL being in the first)."""
+    second and third partitions hold (the rest of the ACL being in the first; the three sets of
+    ACL positions are disjoint)."""
 
     acl: frozenset[int] = frozenset()
     ids: frozenset[int] = frozenset()
     acl2: frozenset[int] = frozenset()
     acl3: frozenset[int] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class Partitions:
-    """The ACL positions of the second and third partitions, and those spilled before any
-    choice by cost (the rules wide in both addresses, when the first partition cannot hold
-    them)."""
-
-    acl2: frozenset[int] = frozenset()
-    acl3: frozenset[int] = frozenset()
-    spilled: frozenset[int] = frozenset()
 
 
 def spill_limits() -> dict[str, int]:
@@ -127,7 +117,7 @@ def compile_hybrid(
     except TableOverflow as caught:
         first = caught
     terms = {schema.ACL_SIDE: acl_terms(acl), schema.IDS_SIDE: ids_terms(ids)}
-    parts = Partitions()
+    parts = SpillPlan()
     if partitioned and _side_of(first.table) is not None:
         # the ACL's own cross products overflowed (not only the IDS's): known without a census
         overflowed = _side_of(first.table) == schema.ACL_SIDE
@@ -195,7 +185,7 @@ def compile_hybrid(
             frozenset(ranked[schema.ACL_SIDE][: counts[schema.ACL_SIDE]]),
             frozenset(ranked[schema.IDS_SIDE][: counts[schema.IDS_SIDE]]),
             parts.acl2,
-            parts.acl3 - parts.acl2,
+            parts.acl3,
         )
 
     def attempt() -> CompiledTables | TableOverflow:
@@ -276,15 +266,15 @@ def _chosen_by_cost(
     budget: Mapping[str, int],
     limits: Mapping[str, int],
     seconds: float,
-    parts: Partitions = Partitions(),
+    parts: SpillPlan = SpillPlan(),
 ) -> SpillPlan | None:
     """Per chain (each ACL partition, the IDS), the spill `choose_spill` finds; the partitions
-    of the ACL share its spill table, which holds `parts.spilled` first (None: no spill that
-    fits was found)."""
-    chosen: dict[str, set[int]] = {schema.ACL_SIDE: set(parts.spilled), schema.IDS_SIDE: set()}
+    of the ACL share its spill table, which holds `parts.acl` first; `parts.acl2` and
+    `parts.acl3` are the ACL partitions (None: no spill that fits was found)."""
+    chosen: dict[str, set[int]] = {schema.ACL_SIDE: set(parts.acl), schema.IDS_SIDE: set()}
     deadline = time.perf_counter() + seconds
-    acl = [t for t in terms[schema.ACL_SIDE] if t.rule_id not in parts.spilled]
-    second, third = parts.acl2, parts.acl3 - parts.acl2
+    acl = [t for t in terms[schema.ACL_SIDE] if t.rule_id not in parts.acl]
+    second, third = parts.acl2, parts.acl3
     chains = [
         (schema.ACL_CHAIN, [t for t in acl if t.rule_id not in second and t.rule_id not in third]),
         (schema.IDS_CHAIN, terms[schema.IDS_SIDE]),
@@ -329,9 +319,10 @@ def _budgets(chain: schema.Chain, limits: Mapping[str, int]) -> TableBudgets:
 
 def _partitions(
     terms: Sequence[MatchTerm], limits: Mapping[str, int], overflowed: bool, spill_budget: int
-) -> Partitions:
-    """The ACL rules for HSM's second and third partitions: none when the ACL's cross products
-    fit in one (`overflowed` False and a census says so).
+) -> SpillPlan:
+    """The ACL rules for HSM's second and third partitions (`acl2`, `acl3`), and those to spill
+    before any choice by cost (`acl`): none when the ACL's cross products fit in one
+    (`overflowed` False and a census says so).
 
     The cross products blow up where rules wide in one address and narrow in the other meet
     rules the other way round: each source class of the first kind pairs with each destination
@@ -357,7 +348,7 @@ def _partitions(
     address class), if the spill table holds them."""
     chain = schema.ACL_CHAIN
     if not overflowed and take_census(terms).fits(_budgets(chain, limits)):
-        return Partitions()
+        return SpillPlan()
 
     def length(term: MatchTerm, f: int) -> int:
         return min(p.length for p in term.fields[f])  # type: ignore[union-attr]
@@ -404,7 +395,7 @@ def _partitions(
         len({t.rule_id for t in both}),
         "spilled first" if spilled else "in the first",
     )
-    return Partitions(second, third - second, spilled)
+    return SpillPlan(acl=spilled, acl2=second, acl3=third)
 
 
 def _excess(census: Census, budgets: TableBudgets) -> float:

@@ -195,15 +195,15 @@ def test_partitions_by_wide_side_and_rules_wide_in_both_spilled_first() -> None:
     terms = acl_terms(acl)
     roomy = default_limits()
     parts = _partitions(terms, roomy, overflowed=True, spill_budget=1024)
-    assert (parts.acl2, parts.acl3, parts.spilled) == (ids["src"], ids["dst"], frozenset())
+    assert (parts.acl2, parts.acl3, parts.acl) == (ids["src"], ids["dst"], frozenset())
     # The first partition's final table: 20 address classes alone (any port); with the rules
     # wide in both, each address class meets their 5 ports as well.
     tight = {**roomy, schema.ACL_CHAIN.final: 60}
     parts = _partitions(terms, tight, overflowed=True, spill_budget=1024)
-    assert (parts.acl2, parts.acl3, parts.spilled) == (ids["src"], ids["dst"], ids["both"])
+    assert (parts.acl2, parts.acl3, parts.acl) == (ids["src"], ids["dst"], ids["both"])
     # no room in the spill table for them: they stay, and the choice by cost decides
     parts = _partitions(terms, tight, overflowed=True, spill_budget=4)
-    assert parts.spilled == frozenset()
+    assert parts.acl == frozenset()
     compiled = compile_hybrid(acl, [], limits=tight, shrink_seconds=5)
     assert compiled.stats.acl_spilled >= 1
     assert compiled.stats.entries(schema.ACL_CHAIN.final) <= 60

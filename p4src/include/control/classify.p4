@@ -97,49 +97,49 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
 #ifdef OG_HSM_SPILL
     // The segment actions also give the second and third ACL partitions' indexes (the last
     // parameters, so the others keep their P4Runtime ids).
-#define ACL2_INDEX_PARAM , seg_index_t acl2_index, seg_index_t acl3_index
-#define ACL2_INDEX_ARG , 0, 0
-#define ACL2_INDEX_SET(field) meta.acl2_##field = acl2_index; meta.acl3_##field = acl3_index;
+#define PARTITION_INDEX_PARAMS , seg_index_t acl2_index, seg_index_t acl3_index
+#define PARTITION_INDEX_ARGS , 0, 0
+#define PARTITION_INDEX_SET(field) meta.acl2_##field = acl2_index; meta.acl3_##field = acl3_index;
 #else
-#define ACL2_INDEX_PARAM
-#define ACL2_INDEX_ARG
-#define ACL2_INDEX_SET(field)
+#define PARTITION_INDEX_PARAMS
+#define PARTITION_INDEX_ARGS
+#define PARTITION_INDEX_SET(field)
 #endif
 
     // Segment tables: one lookup per field serves both rule sets.
     @name(".set_sa_index")
-    action set_sa_index(seg_index_t acl_index, seg_index_t ids_index ACL2_INDEX_PARAM) {
+    action set_sa_index(seg_index_t acl_index, seg_index_t ids_index PARTITION_INDEX_PARAMS) {
         meta.acl_sa_index = acl_index;
         meta.ids_sa_index = ids_index;
-        ACL2_INDEX_SET(sa_index)
+        PARTITION_INDEX_SET(sa_index)
     }
 
     @name(".set_da_index")
-    action set_da_index(seg_index_t acl_index, seg_index_t ids_index ACL2_INDEX_PARAM) {
+    action set_da_index(seg_index_t acl_index, seg_index_t ids_index PARTITION_INDEX_PARAMS) {
         meta.acl_da_index = acl_index;
         meta.ids_da_index = ids_index;
-        ACL2_INDEX_SET(da_index)
+        PARTITION_INDEX_SET(da_index)
     }
 
     @name(".set_sp_index")
-    action set_sp_index(seg_index_t acl_index, seg_index_t ids_index ACL2_INDEX_PARAM) {
+    action set_sp_index(seg_index_t acl_index, seg_index_t ids_index PARTITION_INDEX_PARAMS) {
         meta.acl_sp_index = acl_index;
         meta.ids_sp_index = ids_index;
-        ACL2_INDEX_SET(sp_index)
+        PARTITION_INDEX_SET(sp_index)
     }
 
     @name(".set_dp_index")
-    action set_dp_index(seg_index_t acl_index, seg_index_t ids_index ACL2_INDEX_PARAM) {
+    action set_dp_index(seg_index_t acl_index, seg_index_t ids_index PARTITION_INDEX_PARAMS) {
         meta.acl_dp_index = acl_index;
         meta.ids_dp_index = ids_index;
-        ACL2_INDEX_SET(dp_index)
+        PARTITION_INDEX_SET(dp_index)
     }
 
     @name(".set_proto_index")
-    action set_proto_index(seg_index_t acl_index, seg_index_t ids_index ACL2_INDEX_PARAM) {
+    action set_proto_index(seg_index_t acl_index, seg_index_t ids_index PARTITION_INDEX_PARAMS) {
         meta.acl_proto_index = acl_index;
         meta.ids_proto_index = ids_index;
-        ACL2_INDEX_SET(proto_index)
+        PARTITION_INDEX_SET(proto_index)
     }
 
     OG_PLACE_EARLY
@@ -150,7 +150,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
             hdr.ipv4.src_addr       : lpm @name("ipv4_src");
         }
         actions = { set_sa_index; }
-        const default_action = set_sa_index(0, 0 ACL2_INDEX_ARG);
+        const default_action = set_sa_index(0, 0 PARTITION_INDEX_ARGS);
         size = SA_SEGMENT_TABLE_SIZE;
     }
 
@@ -162,7 +162,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
             hdr.ipv4.dst_addr       : lpm @name("ipv4_dst");
         }
         actions = { set_da_index; }
-        const default_action = set_da_index(0, 0 ACL2_INDEX_ARG);
+        const default_action = set_da_index(0, 0 PARTITION_INDEX_ARGS);
         size = DA_SEGMENT_TABLE_SIZE;
     }
 
@@ -174,7 +174,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
             meta.l4_sport           : range @name("l4_sport");
         }
         actions = { set_sp_index; }
-        const default_action = set_sp_index(0, 0 ACL2_INDEX_ARG);
+        const default_action = set_sp_index(0, 0 PARTITION_INDEX_ARGS);
         size = SP_SEGMENT_TABLE_SIZE;
     }
 
@@ -186,7 +186,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
             meta.l4_dport           : range @name("l4_dport");
         }
         actions = { set_dp_index; }
-        const default_action = set_dp_index(0, 0 ACL2_INDEX_ARG);
+        const default_action = set_dp_index(0, 0 PARTITION_INDEX_ARGS);
         size = DP_SEGMENT_TABLE_SIZE;
     }
 
@@ -198,7 +198,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
             hdr.ipv4.protocol       : ternary @name("ip_proto");
         }
         actions = { set_proto_index; }
-        const default_action = set_proto_index(0, 0 ACL2_INDEX_ARG);
+        const default_action = set_proto_index(0, 0 PARTITION_INDEX_ARGS);
         size = PROTO_SEGMENT_TABLE_SIZE;
     }
 
