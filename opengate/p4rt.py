@@ -20,6 +20,7 @@ from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
 LOG = logging.getLogger(__name__)
 
 _DETAILS_KEY = "grpc-status-details-bin"
+METADATA_LIMIT = 16 << 20  # bytes of metadata a response may carry: the error details of a Write
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +143,11 @@ class P4RuntimeClient:
             options=[
                 ("grpc.max_send_message_length", 256 << 20),
                 ("grpc.max_receive_message_length", 256 << 20),
+                # A Write's error details (one p4.v1.Error per failed update) come back as
+                # metadata: a chunk of 4,096 updates that all fail is about 400 KB of it, far
+                # over gRPC's 16 KiB default, which fails the whole call instead.
+                ("grpc.max_metadata_size", METADATA_LIMIT),
+                ("grpc.absolute_max_metadata_size", METADATA_LIMIT),
             ],
         )
         try:

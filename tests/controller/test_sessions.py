@@ -428,3 +428,27 @@ def test_spm_names_of_a_flow_find_its_session(
     echo = key(H2, OUT1, pc.IP_PROTO_ICMP, 0x4242, 0)
     assert found(key(OUT1, H2, pc.IP_PROTO_ICMP, 0, 0)) == echo  # an echo reply: type 0 code 0
     assert found(key(H1, H2, pc.IP_PROTO_TCP, 1, 2)) is None
+
+
+def test_a_write_whose_every_update_fails_reports_each_failure(
+    switch: SwitchDouble, make_controller: ControllerFactory
+) -> None:
+    """A batch whose thousands of updates all fail (a full table under a flood) comes back as
+    one error per update, as P4Runtime says, never as a failed call: the error details of 4,096
+    updates are far over gRPC's default 16 KiB of metadata, which had the whole batch and every
+    later one fail with RESOURCE_EXHAUSTED ("received metadata size exceeds hard limit")."""
+    controller = make_controller(switch)
+    npm = controller.npms["npm1"]
+    count = 4096
+    updates = [
+        p4r.Update(
+            type=p4r.Update.INSERT,
+            entity=p4r.Entity(table_entry=expected_entry(controller, key(H1, OUT1, 17, p, 53))),
+        )
+        for p in range(1024, 1024 + count)
+    ]
+    assert npm.write(updates, "first").failed == []
+    again = npm.write(updates, "again")
+    assert len(again.failed) == count
+    assert {e.code for e in again.failed} == {grpc.StatusCode.ALREADY_EXISTS.value[0]}
+    assert [e.index for e in again.failed] == list(range(count))
