@@ -40,6 +40,7 @@ from opengate import p4constants as pc
 from opengate.entries import Exact, TableEntry
 from opengate.p4info import P4Schema, decode_value
 from opengate.p4rt import P4RuntimeClient, P4RuntimeError, UpdateError, update_of
+from opengate.throttled import ThrottledWarning
 
 LOG = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ class NpmConnection:
         self.schema, self._config, self.cookie = pipeline.load()
         self.client: _Client | None = None
         self.log = logging.LoggerAdapter(LOG, {"npm": self.name})
+        self._write_failures = ThrottledWarning(LOG, "updates failed")
         self._pumps: list[threading.Thread] = []
         self._stop = threading.Event()
         self.connected_at = 0.0
@@ -338,12 +340,10 @@ class NpmConnection:
                 metrics.p4rt_writes.labels(self.name).inc()
                 metrics.p4rt_updates.labels(self.name).inc(end - start)
         if result.failed:
-            self.log.warning(
-                "%s: %d of %d updates failed, first: %s",
-                what,
-                len(result.failed),
-                count,
-                result.failed[0].message,
+            # A flood can fail every batch (a full table): a line a second, with the count.
+            self._write_failures.warning(
+                f"{self.name}: {what}",
+                f"{len(result.failed)} of {count}, first: {result.failed[0].message}",
             )
         return result
 

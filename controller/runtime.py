@@ -934,6 +934,7 @@ class Controller:
                 "duplicates": stats.duplicates,
                 "failed": stats.failed,
                 "acl_to_cpu": stats.acl_to_cpu,
+                "orphans_deleted": stats.orphans_deleted,
             },
             "spms": {name: s.as_dict() for name, s in self.spms.states.items()},
             "events_pending": self.bus.pending,

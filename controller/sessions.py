@@ -232,6 +232,7 @@ class SessionStats:
     packet_outs: int = 0
     acl_to_cpu: int = 0
     early_closes: int = 0  # FIN/RST reports replayed on a session created after them
+    orphans_deleted: int = 0  # idle session entries of no session (left by a failed Write)
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_LATENCIES))
 
 
@@ -270,6 +271,7 @@ class SessionManager:
         # fails each further flow at once instead of scanning the whole range again.
         self._nat_full: dict[tuple[str, int, int, int, int], Policy] = {}
         self._nat_failures = ThrottledWarning(LOG, "no free NAT port")
+        self._delete_failures = ThrottledWarning(LOG, "could not delete a session entry")
         # FIN/RST reports for flows not known yet: a flow that the data plane set up and closed
         # before its request digest was handled (digests of the two kinds come in lists of their
         # own). Kept briefly, bounded, and replayed when the session is created.
@@ -628,7 +630,7 @@ class SessionManager:
                 result = self._write(npm, deletes, f"remove sessions ({reason})")
                 for error in result.failed:
                     if error.code != rpc_code.NOT_FOUND:
-                        LOG.warning("%s: could not delete a session entry: %s", npm, error.message)
+                        self._delete_failures.warning(npm, error.message)
             for session in items:
                 self._unindex(session)
             self.store.submit(self.db.delete_sessions, [s.id for s in items])
@@ -744,15 +746,24 @@ class SessionManager:
             self.remove(due, "fin")
 
     def on_idle(self, npm: str, keys: Iterable[FlowKey]) -> int:
-        """Idle entries reported: remove the sessions whose both directions are idle."""
+        """Idle entries reported: remove the sessions whose both directions are idle, and
+        delete the entries of no session (only the CPM writes session entries, so such an entry
+        is what a Write that failed part-way left behind: nothing else would ever free it)."""
         candidates: dict[int, Session] = {}
+        orphans: list[FlowKey] = []
         for key in keys:
             session = self.index.get((npm, key))
             if session is not None:
                 candidates[session.id] = session
+            else:
+                orphans.append(key)
+        connection = self.npms[npm]
+        if orphans and connection.is_primary:
+            delete = p4r.Update.DELETE
+            result = self._write(npm, [SessionUpdate(delete, k) for k in orphans], "orphans")
+            self.stats.orphans_deleted += len(orphans) - len(result.failed)
         if not candidates:
             return 0
-        connection = self.npms[npm]
         encoder = self.encoder(npm)
         queries = []
         for session in candidates.values():

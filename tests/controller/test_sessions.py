@@ -431,7 +431,7 @@ def test_spm_names_of_a_flow_find_its_session(
 
 
 def test_a_write_whose_every_update_fails_reports_each_failure(
-    switch: SwitchDouble, make_controller: ControllerFactory
+    switch: SwitchDouble, make_controller: ControllerFactory, caplog: Any
 ) -> None:
     """A batch whose thousands of updates all fail (a full table under a flood) comes back as
     one error per update, as P4Runtime says, never as a failed call: the error details of 4,096
@@ -452,3 +452,35 @@ def test_a_write_whose_every_update_fails_reports_each_failure(
     assert len(again.failed) == count
     assert {e.code for e in again.failed} == {grpc.StatusCode.ALREADY_EXISTS.value[0]}
     assert [e.index for e in again.failed] == list(range(count))
+    # Batch after batch failing is one warning line a second, with the count left out.
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="controller.npm"):
+        for _ in range(3):
+            assert len(npm.write(updates[:64], "more").failed) == 64
+    lines = [r.getMessage() for r in caplog.records if "updates failed" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "64 of 64" in lines[0] and "already" in lines[0].lower(), lines[0]
+
+
+def test_an_idle_entry_of_no_session_is_deleted(
+    switch: SwitchDouble, make_controller: ControllerFactory
+) -> None:
+    """A session entry the CPM has no session for (a Write that failed part-way left it) is
+    deleted when the switch reports it idle, and counted; a session's own entries are not."""
+    controller = make_controller(switch)
+    flow = key(H1, OUT1, pc.IP_PROTO_UDP, 5353, 53)
+    switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow)])
+    wait_until("two entries", lambda: len(switch.table_entries(pc.T_SESSION)) == 2)
+    orphan = expected_entry(controller, key(H2, OUT1, pc.IP_PROTO_UDP, 6000, 53))
+    assert switch.plant(orphan)
+    own = switch.table_entries(pc.T_SESSION)
+    assert len(own) == 3
+    switch.idle_for(orphan, 31)
+    wait_until(
+        "the orphan deleted",
+        lambda: controller.sessions and controller.sessions.stats.orphans_deleted == 1,
+    )
+    assert switch.find_entry(pc.T_SESSION, orphan) is None
+    assert len(switch.table_entries(pc.T_SESSION)) == 2
+    assert controller.status()["sessions"]["orphans_deleted"] == 1
+    assert len(db_sessions(controller)) == 1
