@@ -751,7 +751,9 @@ class SessionManager:
         is what a Write that failed part-way left behind: nothing else would ever free it)."""
         candidates: dict[int, Session] = {}
         orphans: list[FlowKey] = []
+        reported: set[FlowKey] = set()
         for key in keys:
+            reported.add(key)
             session = self.index.get((npm, key))
             if session is not None:
                 candidates[session.id] = session
@@ -762,11 +764,18 @@ class SessionManager:
             delete = p4r.Update.DELETE
             result = self._write(npm, [SessionUpdate(delete, k) for k in orphans], "orphans")
             self.stats.orphans_deleted += len(orphans) - len(result.failed)
-        if not candidates:
-            return 0
+        # Both directions reported idle at once (a flow of one datagram, a flood's flows): no
+        # need to ask the switch. One direction only: read both entries' ages, the other may be
+        # in use.
+        idle = [s for s in candidates.values() if s.key in reported and s.reply in reported]
+        confirm = [
+            s for s in candidates.values() if not (s.key in reported and s.reply in reported)
+        ]
+        if not confirm:
+            return self.remove(idle, "idle")
         encoder = self.encoder(npm)
         queries = []
-        for session in candidates.values():
+        for session in confirm:
             for key in (session.key, session.reply):
                 query = encoder.match(key)
                 query.time_since_last_hit.SetInParent()
@@ -778,8 +787,7 @@ class SessionManager:
             elapsed[encoder.decode_key(entry)] = (
                 entry.time_since_last_hit.elapsed_ns / 1e9 if seen else None
             )
-        idle: list[Session] = []
-        for session in candidates.values():
+        for session in confirm:
             ages = [elapsed.get(session.key), elapsed.get(session.reply)]
             present = [k in elapsed for k in (session.key, session.reply)]
             # Unknown age (target does not report it) or entry gone: trust the notification.

@@ -220,18 +220,20 @@ class SwitchDouble:
         """Take an entry out behind the controller's back (as if it aged out unnoticed)."""
         return self._update(p4r.Update.DELETE, entry)
 
-    def idle_for(self, entry: p4r.TableEntry, seconds: float) -> None:
-        """Make `entry` last hit `seconds` ago: the switch's idle timer does the rest."""
+    def idle_for(self, entry: p4r.TableEntry, seconds: float, *more: p4r.TableEntry) -> None:
+        """Make `entry` (and `more`, at the same instant: one notification) last hit `seconds`
+        ago: the switch's idle timer does the rest."""
         pipe = self.service.pipeline
         assert pipe is not None
         with self.service.lock, pipe.dataplane.lock:
-            info = pipe.map.tables[entry.table_id]
-            key, _ = self.service._match_key(info, entry.match)
-            stored = info.table.entries.get(info.table.canonical(key, entry.priority))
-            assert stored is not None, "no such entry"
-            stored.last_hit = time.monotonic_ns() - int(seconds * 1e9)
-            stored.notified = False
-            pipe.idle.arm(info.table, stored, info)  # its deadline moved earlier
+            for one in (entry, *more):
+                info = pipe.map.tables[one.table_id]
+                key, _ = self.service._match_key(info, one.match)
+                stored = info.table.entries.get(info.table.canonical(key, one.priority))
+                assert stored is not None, "no such entry"
+                stored.last_hit = time.monotonic_ns() - int(seconds * 1e9)
+                stored.notified = False
+                pipe.idle.arm(info.table, stored, info)  # its deadline moved earlier
 
     def _send_to_primary(self, message: p4r.StreamMessageResponse) -> bool:
         with self.service.lock:
