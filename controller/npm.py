@@ -306,10 +306,15 @@ class NpmConnection:
         return self.write_filled(len(updates), lambda r, a, b: r.updates.extend(updates[a:b]), what)
 
     def write_filled(
-        self, count: int, fill: Callable[[p4r.WriteRequest, int, int], None], what: str
+        self,
+        count: int,
+        fill: Callable[[p4r.WriteRequest, int, int], None],
+        what: str,
+        expected: frozenset[int] = frozenset(),
     ) -> WriteResult:
         """Like `write`, for `count` updates that `fill(request, start, end)` builds in place
-        into each chunk's request (the session path: no message built twice)."""
+        into each chunk's request (the session path: no message built twice). Failures with a
+        code in `expected` (NOT_FOUND for a delete that may race) are returned, not warned."""
         result = WriteResult()
         client = self._client
         election = p4r.Uint128(high=self.election_id >> 64, low=self.election_id & (2**64 - 1))
@@ -339,11 +344,12 @@ class NpmConnection:
                 metrics.p4rt_write_seconds.labels(self.name).observe(time.perf_counter() - began)
                 metrics.p4rt_writes.labels(self.name).inc()
                 metrics.p4rt_updates.labels(self.name).inc(end - start)
-        if result.failed:
+        unexpected = [e for e in result.failed if e.code not in expected]
+        if unexpected:
             # A flood can fail every batch (a full table): a line a second, with the count.
             self._write_failures.warning(
                 f"{self.name}: {what}",
-                f"{len(result.failed)} of {count}, first: {result.failed[0].message}",
+                f"{len(unexpected)} of {count}, first: {unexpected[0].message}",
             )
         return result
 

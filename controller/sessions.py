@@ -54,6 +54,7 @@ FIN_ORIGINAL, FIN_REPLY = 1, 2
 RECENT_LATENCIES = 100_000
 EARLY_CLOSES_KEPT = 65_536  # FIN/RST reports of flows not known yet, at most...
 EARLY_CLOSE_SECONDS = 10.0  # ...and for this long
+GONE = frozenset({rpc_code.NOT_FOUND})  # a delete's expected failure: the entry went already
 
 
 def flow_text(key: FlowKey) -> str:
@@ -271,7 +272,6 @@ class SessionManager:
         # fails each further flow at once instead of scanning the whole range again.
         self._nat_full: dict[tuple[str, int, int, int, int], Policy] = {}
         self._nat_failures = ThrottledWarning(LOG, "no free NAT port")
-        self._delete_failures = ThrottledWarning(LOG, "could not delete a session entry")
         # FIN/RST reports for flows not known yet: a flow that the data plane set up and closed
         # before its request digest was handled (digests of the two kinds come in lists of their
         # own). Kept briefly, bounded, and replayed when the session is created.
@@ -533,11 +533,17 @@ class SessionManager:
             encoder.entry(session.reply, reply, timeout_ns),
         )
 
-    def _write(self, npm: str, updates: Sequence[SessionUpdate], what: str) -> WriteResult:
+    def _write(
+        self,
+        npm: str,
+        updates: Sequence[SessionUpdate],
+        what: str,
+        expected: frozenset[int] = frozenset(),
+    ) -> WriteResult:
         """Write session entries, each Update built in place in its request."""
         encoder = self.encoder(npm)
         return self.npms[npm].write_filled(
-            len(updates), lambda request, a, b: encoder.fill(request, updates[a:b]), what
+            len(updates), lambda request, a, b: encoder.fill(request, updates[a:b]), what, expected
         )
 
     def _install(self, npm: str, items: list[_Pending]) -> list[_Pending]:
@@ -627,10 +633,7 @@ class SessionManager:
             if connection is not None and connection.is_primary:
                 delete = p4r.Update.DELETE
                 deletes = [SessionUpdate(delete, key) for s in items for key in (s.key, s.reply)]
-                result = self._write(npm, deletes, f"remove sessions ({reason})")
-                for error in result.failed:
-                    if error.code != rpc_code.NOT_FOUND:
-                        self._delete_failures.warning(npm, error.message)
+                self._write(npm, deletes, f"remove sessions ({reason})", GONE)
             for session in items:
                 self._unindex(session)
             self.store.submit(self.db.delete_sessions, [s.id for s in items])
@@ -762,7 +765,9 @@ class SessionManager:
         connection = self.npms[npm]
         if orphans and connection.is_primary:
             delete = p4r.Update.DELETE
-            result = self._write(npm, [SessionUpdate(delete, k) for k in orphans], "orphans")
+            updates = [SessionUpdate(delete, k) for k in orphans]
+            # NOT_FOUND: a late notification of a session removed since.
+            result = self._write(npm, updates, "orphans", GONE)
             self.stats.orphans_deleted += len(orphans) - len(result.failed)
         # Both directions reported idle at once (a flow of one datagram, a flood's flows): no
         # need to ask the switch. One direction only: read both entries' ages, the other may be

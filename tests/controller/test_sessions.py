@@ -12,6 +12,7 @@ from finsy.proto import p4r
 
 from controller import events as ev
 from controller.runtime import Controller
+from controller.sessions import GONE
 from opengate import p4constants as pc
 from opengate.entries import Exact, TableEntry
 from tests.controller.conftest import ControllerFactory, wait_until
@@ -489,6 +490,15 @@ def test_a_write_whose_every_update_fails_reports_each_failure(
     lines = [r.getMessage() for r in caplog.records if "updates failed" in r.getMessage()]
     assert len(lines) == 1, lines
     assert "64 of 64" in lines[0] and "already" in lines[0].lower(), lines[0]
+    # A failure the caller expects (NOT_FOUND for a delete that may race) is returned, not warned.
+    deletes = [p4r.Update(type=p4r.Update.DELETE, entity=u.entity) for u in updates[:8]]
+    assert npm.write(deletes, "delete").failed == []
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="controller.npm"):
+        gone = npm.write_filled(8, lambda r, a, b: r.updates.extend(deletes[a:b]), "gone", GONE)
+    assert {e.code for e in gone.failed} == {grpc.StatusCode.NOT_FOUND.value[0]}
+    assert len(gone.failed) == 8
+    assert not [r for r in caplog.records if "updates failed" in r.getMessage()]
 
 
 def test_an_idle_entry_of_no_session_is_deleted(
