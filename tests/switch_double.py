@@ -198,7 +198,7 @@ class SwitchDouble:
 
     # -- playing the data plane ------------------------------------------------------------------
 
-    def _update(self, kind: int, entry: p4r.TableEntry) -> bool:
+    def _update(self, kind: p4r.Update.Type.ValueType, entry: p4r.TableEntry) -> bool:
         update = p4r.Update(type=kind)
         update.entity.table_entry.CopyFrom(entry)
         with self.service.lock:

@@ -23,7 +23,12 @@ def test_a_new_kind_of_event_needs_only_a_subscription() -> None:
     bus = EventBus()
     seen: list[tuple[str, int]] = []
     bus.subscribe(Ping, lambda e: seen.append(("ping", e.n)))
-    bus.subscribe(LoudPing, lambda e: seen.append(("loud", e.n)) or e.n * 10)
+
+    def loud(e: LoudPing) -> int:
+        seen.append(("loud", e.n))
+        return e.n * 10
+
+    bus.subscribe(LoudPing, loud)
     assert bus.dispatch_now(LoudPing(2)) == (20,)
     assert seen == [("loud", 2), ("ping", 2)]  # its own handlers, then its base class's
 
@@ -116,9 +121,12 @@ def test_call_now_goes_ahead_of_a_backlog_and_call_waits_for_it() -> None:
             bus.publish(Ping(n))
         seen_now: list[int] = []
         result: list[object] = []
-        caller = threading.Thread(
-            target=lambda: result.append(bus.call_now(lambda: seen_now.extend(handled) or "now"))
-        )
+
+        def now() -> str:
+            seen_now.extend(handled)
+            return "now"
+
+        caller = threading.Thread(target=lambda: result.append(bus.call_now(now)))
         caller.start()
         gate.set()
         caller.join(5)

@@ -46,7 +46,7 @@ class Wire:
     def send(self, frame: bytes) -> None:
         self.sock.send(frame)
 
-    def expect(self, match: Callable[[Ether], bool], timeout: float = 5.0) -> Ether:
+    def expect(self, match: Callable[[Ether], object], timeout: float = 5.0) -> Ether:
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             ready, _, _ = select.select([self.sock], [], [], left)

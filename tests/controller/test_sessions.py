@@ -5,6 +5,7 @@ and the DB kept in step with the table."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import grpc
@@ -40,6 +41,7 @@ def expected_entry(
     flow: tuple[int, int, int, int, int],
     timeout_s: float = 30.0,
     block: bool = False,
+    /,
     **values: int,
 ) -> p4r.TableEntry:
     schema = controller.npms["npm1"].schema
@@ -359,9 +361,14 @@ def test_both_directions_reported_idle_at_once_are_removed_without_a_read(
     npm = controller.npms["npm1"]
     reads: list[Any] = []
     real_read = npm.read
-    monkeypatch.setattr(
-        npm, "read", lambda entities, timeout=None: reads.append(1) or real_read(entities, timeout)
-    )
+
+    def counting_read(
+        entities: Iterable[p4r.Entity], timeout: float | None = None
+    ) -> list[p4r.Entity]:
+        reads.append(1)
+        return real_read(entities, timeout)
+
+    monkeypatch.setattr(npm, "read", counting_read)
     switch.idle_for(original, 31, reply)
     wait_until("the session removed", lambda: not switch.table_entries(pc.T_SESSION))
     wait_until("the DB row removed", lambda: not db_sessions(controller))

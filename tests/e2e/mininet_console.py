@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import pexpect
+import pexpect  # type: ignore[import-untyped]
 
 from opengate.netutil import delete_link
 from opengate.target import repo_root

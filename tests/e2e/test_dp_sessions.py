@@ -48,7 +48,7 @@ def test_routed_connections_are_set_up_by_the_data_plane(routed_gateway: Gateway
     no_session = gateway.counter(pc.C_DROP_COUNTER, pc.DROP_NO_SESSION)
     created = flow_events(gateway, pc.FLOW_EVENT_CREATED)
     collisions = flow_events(gateway, pc.FLOW_EVENT_COLLISION)
-    ports = set()
+    ports: set[int] = set()
     for _ in range(CONNECTIONS):
         result = gateway.run(
             "h1", f"curl -s -m 10 -w ' %{{local_port}}' http://{OUT1}/whoami", timeout=30

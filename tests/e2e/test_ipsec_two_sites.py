@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import vici
@@ -252,10 +252,16 @@ def test_a_broken_peer_is_explained_at_both_sites(
     assert old in good
     _apply(vpn, "npmb", good.replace(old, new))
     try:
-        error_a = wait_for(
-            f"site A's diagnosis ({reason})",
-            lambda: (e := _tunnel(vpn, "npma")["tunnels"][0]["last_error"]) and reason in e and e,
-            60.0,
+        # wait_for returns the lambda's truthy result: the error text `e`
+        error_a = cast(
+            str,
+            wait_for(
+                f"site A's diagnosis ({reason})",
+                lambda: (
+                    (e := _tunnel(vpn, "npma")["tunnels"][0]["last_error"]) and reason in e and e
+                ),
+                60.0,
+            ),
         )
         wait_for(
             f"site B's diagnosis ({reason})",

@@ -300,10 +300,10 @@ def test_opengate_commands_print_what_opengate_prints(consoles: Consoles) -> Non
     assert console.command("sessions --bogus").startswith(
         "*** sessions: unrecognized arguments: --bogus"
     )
-    listed = console.command("help")
+    help_text = console.command("help")
     for command in ("sessions", "alerts", "spms", "counters", "status", "policy"):
-        assert re.search(rf"\b{command}\b", listed.split("You may also")[0]), command
-        assert f"\n  {command}" in listed.split("OpenGate commands")[1], command
+        assert re.search(rf"\b{command}\b", help_text.split("You may also")[0]), command
+        assert f"\n  {command}" in help_text.split("OpenGate commands")[1], command
 
 
 def test_a_second_topology_with_the_same_names_leaves_this_one_alone(

@@ -33,10 +33,11 @@ def test_each_site_reaches_its_own_outside_server(two_npms: GatewayNetwork) -> N
         assert f"OpenGate test server {outside}" in result.output, (npm, result.output)
         seen = two_npms.run(inside, f"curl -sS --max-time 20 http://{OUT}/whoami")
         assert seen.output.strip() == GATEWAY_OUTSIDE, (npm, seen.output)
-        wait_for(
-            f"{npm}'s session for its site's web request",
-            lambda npm=npm: [s for s in _sessions(two_npms, npm) if s["dport"] == 80],
-        )
+
+        def web_sessions(npm: str = npm) -> list[dict[str, Any]]:
+            return [s for s in _sessions(two_npms, npm) if s["dport"] == 80]
+
+        wait_for(f"{npm}'s session for its site's web request", web_sessions)
 
 
 def test_both_npms_steer_to_both_shared_spms(two_npms: GatewayNetwork) -> None:

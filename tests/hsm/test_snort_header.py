@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,7 @@ def test_negated_variable_is_the_complement() -> None:
 
 def test_list_is_positives_minus_negatives() -> None:
     got, _ = addresses("[10.0.0.0/8, !10.1.0.0/16, !10.2.3.4]", {})
-    contains = lambda a: any(p.contains(ip(a)) for p in got)  # noqa: E731
+    contains: Callable[[str], bool] = lambda a: any(p.contains(ip(a)) for p in got)  # noqa: E731
     assert contains("10.0.0.1") and contains("10.2.3.5")
     assert not contains("10.1.9.9") and not contains("10.2.3.4") and not contains("11.0.0.0")
     assert ports("[1024:, !8080]", {}) == ((1024, 8079), (8081, 65535))

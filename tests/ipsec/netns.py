@@ -128,7 +128,7 @@ def wait_line(process: subprocess.Popen[str], stream: str, needle: str, timeout:
                     return line
     finally:
         selector.close()
-    pytest.fail(f"no {needle!r} from {process.args} within {timeout:g}s: {text[-300:]!r}")
+    pytest.fail(f"no {needle!r} from {process.args!s} within {timeout:g}s: {text[-300:]!r}")
 
 
 @contextlib.contextmanager

@@ -11,8 +11,9 @@ import hashlib
 import ipaddress
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -84,7 +85,7 @@ def _load_pair(
     ta = _tunnel("to-b", sites.a.lan_net, sites.b.lan_net, sites.b.outside)
     tb = _tunnel(
         "to-a", sites.b.lan_net, sites.a.lan_net, sites.a.outside, start=False, **b_options
-    )  # type: ignore[arg-type]
+    )
     # The responder first: the initiator starts as soon as its tunnel is loaded.
     b.load(tb, ipaddress.IPv4Address(sites.b.outside))
     a.load(ta, ipaddress.IPv4Address(sites.a.outside))
@@ -185,8 +186,8 @@ def test_rekey_during_a_transfer_loses_nothing(sites: TwoSites) -> None:
     )
     for thread in threads:
         thread.join(timeout=120)
-    lines = results["ping"]
-    assert any(" 0% packet loss" in line for line in lines), lines  # type: ignore[union-attr]
+    lines = cast("Sequence[str]", results["ping"])
+    assert any(" 0% packet loss" in line for line in lines), lines
     assert results["transfer"] == (len(chunk) * 40000, hashlib.sha256(chunk * 40000).hexdigest())
     after = wait_for(
         "one CHILD SA left after the rekeys",

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import grpc
 import pytest
 from finsy.proto import p4r, p4r_grpc
+from scapy.compat import raw
 from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
-from scapy.packet import raw
 
 from softswitch.native.build import compiler
 from tests.softswitch.test_p4runtime import Client, ids, insert, route_entry, set_pipeline

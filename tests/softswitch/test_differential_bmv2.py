@@ -29,6 +29,7 @@ import socket
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from finsy.proto import p4r, rpc_code
@@ -330,7 +331,7 @@ def tcp(
 def inside(payload: Packet, **ip: object) -> Frame:
     """A frame h1 sends the gateway's inside port: its IPv4 header (fields `ip` over h1 -> h2,
     id 1) and `payload` above it."""
-    fields: dict[str, object] = {"src": HOST_IN, "dst": HOST_OUT, "id": 1, **ip}
+    fields: dict[str, Any] = {"src": HOST_IN, "dst": HOST_OUT, "id": 1, **ip}
     return Frame(INSIDE, bytes(Ether(src=HOST_IN_MAC, dst=GW_MAC[INSIDE]) / IP(**fields) / payload))
 
 

@@ -6,9 +6,10 @@ import random
 from collections.abc import Callable
 
 import pytest
+from scapy.compat import raw
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
-from scapy.packet import Raw, raw
+from scapy.packet import Raw
 
 from softswitch import hashes
 from softswitch.engine import CloneSession, Dataplane, Replica
@@ -205,7 +206,7 @@ def test_vlan_optional_match_and_egress_table(make_dataplane: MakeDp) -> None:
     assert smac is not None
     eg.insert(eg.new_entry((3,), 0, smac, (0x0A0B0C0D0E0F,)))
     ip = IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=1, dport=2)
-    frame = lambda vid: raw(Ether() / Dot1Q(vlan=vid) / ip)  # noqa: E731
+    frame: Callable[[int], bytes] = lambda vid: raw(Ether() / Dot1Q(vlan=vid) / ip)  # noqa: E731
     assert dp.process(5, frame(20)) == []
     assert dp.process(1, frame(10)) == []
     [(port, out)] = dp.process(1, frame(20))
@@ -229,7 +230,10 @@ def test_const_entries_and_packet_meter_to_cpu(make_dataplane: MakeDp) -> None:
 def test_header_stack_extract_push_and_pop(make_dataplane: MakeDp) -> None:
     dp = make_dataplane("parse")
     eth = bytes.fromhex("000000000001000000000002") + b"\x88\x47"
-    label = lambda v, bos: ((v << 12) | (bos << 8) | 64).to_bytes(4, "big")  # noqa: E731
+
+    def label(v: int, bos: int) -> bytes:
+        return ((v << 12) | (bos << 8) | 64).to_bytes(4, "big")
+
     frame = eth + label(100, 0) + label(200, 1) + b"data"
     [(port, out)] = dp.process(1, frame)
     assert port == 2
@@ -279,7 +283,7 @@ def ops_frame(op: int, a8: int = 0, b8: int = 0, s8: int = 0, t8: int = 0, x16: 
 
 def ops_fields(frame: bytes) -> dict[str, int]:
     b = frame[14:]
-    signed = lambda v, w: v - (1 << w) if v >> (w - 1) else v  # noqa: E731
+    signed: Callable[[int, int], int] = lambda v, w: v - (1 << w) if v >> (w - 1) else v  # noqa: E731
     return {
         "op": b[0],
         "a8": b[1],

@@ -43,7 +43,7 @@ def run(switch: Switch, stimuli: list[gw.Stimulus]) -> Result:
         if isinstance(s, gw.Frame):
             out += dp.process(s.port, s.data)
     counters = [tuple(c) for arr in dp.program.counters.values() for c in arr.cells]
-    return out, counters  # type: ignore[return-value]
+    return out, counters
 
 
 def stimuli() -> list[gw.Stimulus]:

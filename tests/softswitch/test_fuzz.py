@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scapy.compat import raw
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
-from scapy.packet import raw
 
 from softswitch.engine import Dataplane, Replica
 from tests.softswitch.conftest import fixture_program

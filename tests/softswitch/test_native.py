@@ -73,7 +73,11 @@ def sides() -> Iterator[dict[str, Side]]:
             )
             _install(client, schema)
             side = Side(sw)
-            sw.transmit = lambda port, frame, s=side: s.outputs.append((port, frame))
+
+            def transmit(port: int, frame: bytes, s: Side = side) -> None:
+                s.outputs.append((port, frame))
+
+            sw.transmit = transmit
             sw.packet_in = lambda frame, s=side: s.outputs.append((pc.CPU_PORT, frame))
             # each digest as the server sends it: its fields as an encoded P4Data, made by
             # protobuf for the Python engine and by C for the native one

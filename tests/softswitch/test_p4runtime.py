@@ -6,15 +6,15 @@ import queue
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
 from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
 from google.protobuf import text_format
+from scapy.compat import raw
 from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
-from scapy.packet import raw
 
 from opengate.p4rt import P4RuntimeClient
 from softswitch.p4runtime_server import P4RuntimeServer
@@ -169,8 +169,10 @@ def frame(dport: int = 80, sport: int = 1234) -> bytes:
 
 
 def write_errors(exc: grpc.RpcError) -> list[Any]:
-    for key, value in exc.trailing_metadata() or ():  # type: ignore[attr-defined]
+    # the stubs type RpcError's metadata as objects; the raised error is also a grpc.Call
+    for key, value in cast(grpc.Call, exc).trailing_metadata() or ():
         if key == "grpc-status-details-bin":
+            assert isinstance(value, bytes)  # a -bin key's value
             status = rpc_status.Status()
             status.ParseFromString(value)
             out = []
@@ -204,7 +206,8 @@ def test_unsupported_json_is_refused_naming_the_construct(client: Client) -> Non
     with pytest.raises(grpc.RpcError) as err:
         client.stub.SetForwardingPipelineConfig(req)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "teleport" in err.value.details()
+    details = err.value.details()
+    assert details is not None and "teleport" in details
 
 
 def test_table_write_read_and_forwarding(client: Client, switch_server: Any) -> None:

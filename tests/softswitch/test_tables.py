@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from softswitch.tables import PRUNE_GROUPS, Entry, RangeIndex, TernaryIndex
+from softswitch.tables import PRUNE_GROUPS, Entry, MatchSpec, RangeIndex, TernaryIndex
 
 
 def brute(entries: list[Entry], kinds: list[str], key: tuple[int, ...]) -> Entry | None:
@@ -23,10 +23,10 @@ def brute(entries: list[Entry], kinds: list[str], key: tuple[int, ...]) -> Entry
     return best
 
 
-def make_entry(key: tuple[object, ...], prio: int, kinds: list[str]) -> Entry:
+def make_entry(key: tuple[MatchSpec, ...], prio: int, kinds: list[str]) -> Entry:
     ranges = tuple(
         (i, s[0], s[1]) for i, (k, s) in enumerate(zip(kinds, key, strict=True)) if k == "range"
-    )  # type: ignore[index]
+    )
     return Entry(key, prio, None, (), None, ranges=ranges)
 
 
@@ -90,7 +90,7 @@ def test_many_mask_groups_pruned_on_one_field_match_brute_force() -> None:
     for prio in range(1, 400):
         m1, m2 = rng.choice(masks), rng.choice(masks)
         lo = rng.randrange(65536)
-        key = (
+        key: tuple[MatchSpec, ...] = (
             rng.randrange(2),
             (rng.randrange(65536) & m1, m1),
             (rng.randrange(65536) & m2, m2),

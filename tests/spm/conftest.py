@@ -64,4 +64,4 @@ def clamd_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             time.sleep(0.05)
         yield str(sock)
     finally:
-        stop_process(proc)  # type: ignore[arg-type]
+        stop_process(proc)

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
 from spm.community_id import community_id_str
 from spm.packet import decode
 
-BASELINES = {
+
+class Baseline(TypedDict):
+    seed: int
+    use_base64: bool
+
+
+BASELINES: dict[str, Baseline] = {
     "baseline_deflt.json": {"seed": 0, "use_base64": True},
     "baseline_seed1.json": {"seed": 1, "use_base64": True},
     "baseline_nob64.json": {"seed": 0, "use_base64": False},

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -269,7 +269,7 @@ def spm_rig(tmp: Path, ips_extra: str, av: str) -> Iterator[Rig]:
             npm.close()
         finally:
             if proc is not None:
-                stop_process(proc)  # type: ignore[arg-type]
+                stop_process(proc)
             if server is not None:
                 server.shutdown()
                 server.server_close()
@@ -338,7 +338,7 @@ def check_eicar_download_dropped_and_alerted(rig: Rig) -> TcpFlow:
     resp = flow.data(False, b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
     ids = rig.send(TAGS[0], pkts + resp)
     later = rig.send(TAGS[0], [flow.pkt(True, "A")])  # the rest of the flow
-    alerts = lambda: [  # noqa: E731
+    alerts: Callable[[], list[dict[str, Any]]] = lambda: [  # noqa: E731
         e for e in rig.eve_events("alert") if e["community_id"] == flow.community_id
     ]
     wait_for("the AV alert in the EVE log", lambda: bool(alerts()), 15)

@@ -230,5 +230,5 @@ def test_stand_in_snort_runs_on_the_plumbing_and_its_alerts_reach_the_eve_log(
             )
             assert nft.returncode != 0
         finally:
-            stop_process(proc)  # type: ignore[arg-type]
+            stop_process(proc)
             shutil.rmtree("/run/opengate/snort-snorty", ignore_errors=True)

@@ -214,10 +214,9 @@ def test_ipv6_tcp_flow_is_reassembled_and_inspected(clamd_socket: str, eicar_byt
     verdicts = [w.process(p) for p in pkts]
     assert verdicts[-1] is Verdict.BLOCK and Verdict.BLOCK not in verdicts[:-1]
     [alert] = [e for e in w.events if isinstance(e, Alert)]
-    assert (
-        alert.flow.src == "2001:db8::80"
-        and alert.community_id == w.flows.get(alert.community_id, 0.0).cid
-    )  # type: ignore[union-attr]
+    assert alert.flow.src == "2001:db8::80"
+    flow = w.flows.get(alert.community_id, 0.0)
+    assert flow is not None and alert.community_id == flow.cid
 
 
 @functools.cache

@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -236,7 +236,7 @@ def test_find_a_session_and_block_it(console: Console, tmp_path: Path) -> None:
             ["ping", "-n", "-i", "0.2", "-w", "120", OUT1], stdout=out, stderr=subprocess.STDOUT
         )
     try:
-        replies = lambda: log.read_text().count("bytes from")  # noqa: E731
+        replies: Callable[[], int] = lambda: log.read_text().count("bytes from")  # noqa: E731
         wait_for("ping replies", lambda: replies() >= 3)
         console.open("sessions")
         search = console.find("#q")
