@@ -316,11 +316,10 @@ def test_acl_to_cpu_packets_are_dropped_by_default(
     assert session_entries(switch) == []
 
 
-def test_idle_session_is_removed_only_when_both_directions_are_idle(
-    switch: SwitchDouble, make_controller: ControllerFactory
-) -> None:
-    controller = make_controller(switch)
-    flow = key(H1, OUT1, pc.IP_PROTO_UDP, 5353, 53)
+def session_from_digest(
+    switch: SwitchDouble, flow: tuple[int, int, int, int, int]
+) -> tuple[p4r.TableEntry, p4r.TableEntry]:
+    """Play the data plane's digest for `flow`; its two session entries, once installed."""
     switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow)])
     original, reply = wait_until(
         "two entries",
@@ -330,6 +329,15 @@ def test_idle_session_is_removed_only_when_both_directions_are_idle(
             else None
         ),
     )
+    return original, reply
+
+
+def test_idle_session_is_removed_only_when_both_directions_are_idle(
+    switch: SwitchDouble, make_controller: ControllerFactory
+) -> None:
+    controller = make_controller(switch)
+    flow = key(H1, OUT1, pc.IP_PROTO_UDP, 5353, 53)
+    original, reply = session_from_digest(switch, flow)
     handled: list[ev.IdleTimeout] = []
     controller.bus.subscribe(ev.IdleTimeout, handled.append)  # after the controller's handler
     switch.idle_for(original, 31)
@@ -349,15 +357,7 @@ def test_both_directions_reported_idle_at_once_are_removed_without_a_read(
     ending a session when new flows come fastest."""
     controller = make_controller(switch)
     flow = key(H1, OUT1, pc.IP_PROTO_UDP, 5353, 53)
-    switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow)])
-    original, reply = wait_until(
-        "two entries",
-        lambda: (
-            switch.table_entries(pc.T_SESSION)
-            if len(switch.table_entries(pc.T_SESSION)) == 2
-            else None
-        ),
-    )
+    original, reply = session_from_digest(switch, flow)
     npm = controller.npms["npm1"]
     reads: list[Any] = []
     real_read = npm.read
@@ -515,8 +515,7 @@ def test_an_idle_entry_of_no_session_is_deleted(
     deleted when the switch reports it idle, and counted; a session's own entries are not."""
     controller = make_controller(switch)
     flow = key(H1, OUT1, pc.IP_PROTO_UDP, 5353, 53)
-    switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow)])
-    wait_until("two entries", lambda: len(switch.table_entries(pc.T_SESSION)) == 2)
+    session_from_digest(switch, flow)
     orphan = expected_entry(controller, key(H2, OUT1, pc.IP_PROTO_UDP, 6000, 53))
     assert switch.plant(orphan)
     own = switch.table_entries(pc.T_SESSION)
