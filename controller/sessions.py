@@ -772,10 +772,11 @@ class SessionManager:
         # Both directions reported idle at once (a flow of one datagram, a flood's flows): no
         # need to ask the switch. One direction only: read both entries' ages, the other may be
         # in use.
-        idle = [s for s in candidates.values() if s.key in reported and s.reply in reported]
-        confirm = [
-            s for s in candidates.values() if not (s.key in reported and s.reply in reported)
-        ]
+        idle: list[Session] = []
+        confirm: list[Session] = []
+        for session in candidates.values():
+            both = session.key in reported and session.reply in reported
+            (idle if both else confirm).append(session)
         if not confirm:
             return self.remove(idle, "idle")
         encoder = self.encoder(npm)
