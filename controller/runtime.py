@@ -918,6 +918,8 @@ class Controller:
                     "address": state.conn.address.address,
                     "device_id": state.conn.address.device_id,
                     "role": state.role,
+                    # reconciled since it last became primary (or, as standby, nothing to do)
+                    "synced": state.synced.is_set(),
                     "error": state.error,
                     "tag_base": state.tag_base,
                     "tags": [state.tag_base, state.tag_base | 1],

@@ -114,7 +114,11 @@ def interfaces_in_use(spec: TopologySpec) -> list[str]:
 
 
 def _wait_until(
-    what: str, condition: Callable[[], bool], timeout: float, process: subprocess.Popen[bytes]
+    what: str,
+    condition: Callable[[], bool],
+    timeout: float,
+    process: subprocess.Popen[bytes],
+    interval: float = 0.05,
 ) -> None:
     """Poll `condition` until true; fail early if `process` exits, or after `timeout`."""
     deadline = time.monotonic() + timeout
@@ -123,7 +127,7 @@ def _wait_until(
             raise RuntimeError(f"gave up waiting for {what}: it exited with {process.returncode}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"gave up waiting for {what} after {timeout:g}s")
-        time.sleep(0.05)
+        time.sleep(interval)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +236,7 @@ class GatewayNetwork:
         self._start_controller()
         self._start_spms()
         self._start_services()
+        self._wait_npms_synced()
 
     def _start_controller(self) -> None:
         """One controller per policy: the topology's for the NPMs without their own, and one
@@ -269,6 +274,9 @@ class GatewayNetwork:
             sys.executable,
             "-m",
             "opengate.cli",
+            # what it did when (a take-over, a reconnection): read when a test fails
+            "--log-level",
+            "info",
             "controller",
             "run",
             "--policy",
@@ -290,6 +298,66 @@ class GatewayNetwork:
         process = self._spawn(f"controller{suffix}", argv, self.run_dir / f"controller{suffix}.log")
         wait_for_port("127.0.0.1", port, 60.0, process)
         self.cpms.append(Cpm(names, policy, api_address, socket_path, suffix))
+
+    def _wait_npms_synced(self, timeout: float = 120.0) -> None:
+        """Return once each controller is the primary of each of its NPMs and has reconciled
+        it (pipeline, base tables, classifier): until then a site's hosts get no ARP answer."""
+        processes = dict(self._processes)
+        for cpm in self.cpms:
+            seen: dict[str, Any] = {}
+
+            def synced(cpm: Cpm = cpm, seen: dict[str, Any] = seen) -> bool:
+                seen.update(self.api("GET", "/api/v1/status", npm=cpm.npms[0])["npms"])
+                return all(
+                    seen[name]["role"] == "primary" and seen[name]["synced"] for name in cpm.npms
+                )
+
+            what = f"the controller{cpm.suffix} to reconcile {', '.join(cpm.npms)}"
+            try:
+                _wait_until(what, synced, timeout, processes[f"controller{cpm.suffix}"], 0.2)
+            except TimeoutError as error:
+                states = {
+                    name: {k: seen[name].get(k) for k in ("role", "synced", "error")}
+                    for name in cpm.npms
+                    if name in seen
+                }
+                raise TimeoutError(f"{error}: {states}") from None
+
+    def diagnosis(self, lines: int = 40) -> str:
+        """What a failed test's report shows of the topology: each controller's view of its
+        NPMs, the state of the NPMs' ports, and the last lines of the controllers' and switches'
+        logs."""
+        out: list[str] = []
+        for cpm in self.cpms:
+            try:
+                npms = self.api("GET", "/api/v1/status", npm=cpm.npms[0])["npms"]
+                view = {
+                    name: {k: state.get(k) for k in ("role", "synced", "error", "sessions")}
+                    for name, state in npms.items()
+                }
+                out.append(f"controller{cpm.suffix} status: {view}")
+            except (httpx.HTTPError, OSError) as error:
+                out.append(f"controller{cpm.suffix} status: unavailable ({error})")
+        for npm in self.spec.npms:
+            states = []
+            for port in sorted(npm.ports):
+                name = f"{npm.name}-eth{port}"
+                try:
+                    state = Path(f"/sys/class/net/{name}/operstate").read_text().strip()
+                except OSError:
+                    state = "missing"
+                states.append(f"{name} {state}")
+            out.append(f"{npm.name} ports: {', '.join(states)}")
+        logs = sorted(self.run_dir.glob("controller*.log"))
+        logs += [self.run_dir / f"{npm.name}.log" for npm in self.spec.npms]
+        for path in logs:
+            try:
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+            except OSError as error:
+                tail = [f"(unreadable: {error})"]
+            out.append(f"--- last {len(tail)} lines of {path}")
+            out.extend(tail)
+        return "\n".join(out)
 
     def cpm_for(self, npm: str | None) -> Cpm:
         """The controller of NPM `npm` (None: the first controller)."""

@@ -48,6 +48,17 @@ class Topologies:
 _TOPOLOGIES = Topologies()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test's report shows the running topology's state and its logs' last lines (the
+    run directory is gone with a CI machine)."""
+    report = yield
+    if report.failed and _TOPOLOGIES.current is not None:
+        name, network = _TOPOLOGIES.current
+        report.sections.append((f"topology {name}", network.diagnosis()))
+    return report
+
+
 @pytest.fixture(scope="session")
 def topologies() -> Iterator[Topologies]:
     skip_unless_root("the Mininet topology")

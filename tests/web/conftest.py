@@ -16,11 +16,19 @@ from controller.runtime import Controller
 from controller.web import Console
 from controller.web.auth import hash_password
 from tests.controller.conftest import ControllerFactory, lab, make_controller, switch
-from tests.e2e.conftest import gateway, topologies
+from tests.e2e.conftest import gateway, pytest_runtest_makereport, topologies
 from tests.switch_double import SwitchDouble
 
 # the controller tests' fixtures (a switch double) and the end-to-end ones (the topology)
-__all__ = ["gateway", "lab", "make_controller", "switch", "topologies"]
+# (and the report of a failed test shows the topology's state)
+__all__ = [
+    "gateway",
+    "lab",
+    "make_controller",
+    "pytest_runtest_makereport",
+    "switch",
+    "topologies",
+]
 
 TOKEN = "console-test-token"
 USER, PASSWORD = "ops", "correct horse battery"
