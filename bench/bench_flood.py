@@ -31,13 +31,19 @@ from bench.bench_sessions import measure, percentile
 from bench.csender import binary, write_frames
 from opengate import p4constants as pc
 from opengate.target import repo_root, select_target
-from topo.model import load_topology, with_controller_nat, without_masquerade
+from topo.model import (
+    load_topology,
+    with_controller_nat,
+    with_entries_on_demand,
+    without_masquerade,
+)
 from topo.net import GatewayNetwork
 
 OUT1 = "198.51.100.20"
 CPU_TOP = 10  # processes listed per flood
 POLICIES = {
     "routed": "routed (data-plane sessions)",
+    "ondemand": "routed, exact entries on demand",
     "npm": "masqueraded by the NPM",
     "cpm": "masqueraded by the CPM",
 }
@@ -47,6 +53,7 @@ def policy_variants(text: str) -> dict[str, str]:
     """The policies these benches compare, by their `--policies` key, made from `text`."""
     return {
         "routed": without_masquerade(text),
+        "ondemand": with_entries_on_demand(without_masquerade(text)),
         "npm": text,
         "cpm": with_controller_nat(text),
     }
@@ -215,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="2000,8000")
     parser.add_argument("--seconds", type=int, default=10)
-    parser.add_argument("--policies", default=",".join(POLICIES), help="routed,npm,cpm")
+    parser.add_argument("--policies", default=",".join(POLICIES), help=",".join(POLICIES))
     args = parser.parse_args(argv)
     chosen = chosen_policies(parser, args.policies)
     if os.geteuid() != 0:

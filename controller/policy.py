@@ -56,6 +56,10 @@ FAIL_POLICIES = ("resteer", "fail_closed")
 ON_FAILURE = ("open", "closed")
 SERVICES = ("ips", "av")
 TO_CPU_ACTIONS = ("drop", "permit")
+# When the CPM installs the exact entries of a session the data plane made (a routed flow in a
+# slot): at once, or once the data plane reports the flow again, i.e. once it lives on
+# (sessions.data_plane_entries).
+DATA_PLANE_ENTRIES = ("always", "on_demand")
 CPU_REASONS = {"session_nat": pc.CPU_REASON_SESSION_NAT, "acl": pc.CPU_REASON_ACL}
 MAX_CLASS_ID = (1 << 8) - 1
 MAX_PORT_NUMBER = (1 << 9) - 2  # 9-bit ports; 511 is unused, 255 is the CPU port
@@ -202,6 +206,10 @@ class SessionSettings:
     # New flows each source (the low 12 bits of its address) may open, per second, and the burst
     # (flows) it may open at once; None: unlimited. Enforced by the NPM (new_flow_meter).
     new_flows_per_source: tuple[int, int] | None = None
+    # "always": the CPM installs a data-plane session's exact entries when its digest comes;
+    # "on_demand": a routed flow's slot carries it alone until the data plane reports it again
+    # (alive after FLOW_REPORT_TICKS) or the CPM must act on it (block, bypass, re-steer).
+    data_plane_entries: str = "always"
 
     def timeout_for(self, proto: int) -> float:
         name = {pc.IP_PROTO_TCP: "tcp", pc.IP_PROTO_UDP: "udp", pc.IP_PROTO_ICMP: "icmp"}
@@ -927,5 +935,6 @@ class _Loader:
             burst = sub.get("burst", pv.positive, rate)
             sub.reject_unknown()
             new_flows = (rate, burst)
+        entries = section.get("data_plane_entries", one_of(*DATA_PLANE_ENTRIES), "always")
         section.reject_unknown()
-        return SessionSettings(timeouts, linger, to_cpu, new_flows)
+        return SessionSettings(timeouts, linger, to_cpu, new_flows, entries)

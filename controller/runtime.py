@@ -937,6 +937,10 @@ class Controller:
                 "failed": stats.failed,
                 "acl_to_cpu": stats.acl_to_cpu,
                 "orphans_deleted": stats.orphans_deleted,
+                # sessions.data_plane_entries: on_demand
+                "slot_only": stats.slot_only,
+                "promoted": stats.promoted,
+                "slot_aged": stats.slot_aged,
             },
             "spms": {name: s.as_dict() for name, s in self.spms.states.items()},
             "events_pending": self.bus.pending,

@@ -55,6 +55,12 @@ RECENT_LATENCIES = 100_000
 EARLY_CLOSES_KEPT = 65_536  # FIN/RST reports of flows not known yet, at most...
 EARLY_CLOSE_SECONDS = 10.0  # ...and for this long
 GONE = frozenset({rpc_code.NOT_FOUND})  # a delete's expected failure: the entry went already
+# sessions.data_plane_entries: on_demand. The data plane reports a routed flow that its slot
+# carries without exact entries again at most this often (from any packet after that long):
+REPORT_SECONDS = pc.FLOW_REPORT_TICKS * pc.FLOW_TICK_US / 1e6
+# ...so a slot-only session not reported for REPORT_SECONDS + its idle timeout has aged out of
+# its slot; this much more covers the digest's way to the CPM and the tick.
+SLOT_GRACE_SECONDS = 2.0
 
 
 def flow_text(key: FlowKey) -> str:
@@ -81,6 +87,9 @@ class Session:
     state: str = ACTIVE
     fins: int = 0
     close_at: float | None = None
+    # on_demand: a data-plane slot carries the flow and the CPM wrote no entries for it (yet)
+    slot_only: bool = False
+    reported_at: float = 0.0  # monotonic time of its last digest, while slot_only
 
     @property
     def steered(self) -> bool:
@@ -234,6 +243,9 @@ class SessionStats:
     acl_to_cpu: int = 0
     early_closes: int = 0  # FIN/RST reports replayed on a session created after them
     orphans_deleted: int = 0  # idle session entries of no session (left by a failed Write)
+    slot_only: int = 0  # sessions recorded without entries (on_demand): a slot carries them
+    promoted: int = 0  # ...whose entries were installed later (reported again, or acted on)
+    slot_aged: int = 0  # ...removed, not reported again: aged out of their slot
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_LATENCIES))
 
 
@@ -276,6 +288,8 @@ class SessionManager:
         # before its request digest was handled (digests of the two kinds come in lists of their
         # own). Kept briefly, bounded, and replayed when the session is created.
         self._early_closes: OrderedDict[tuple[str, FlowKey], tuple[int, float]] = OrderedDict()
+        # Slot-only sessions by idle timeout, each oldest report first (ageing, on_tick).
+        self._slots: dict[float, OrderedDict[int, Session]] = {}
 
     def encoder(self, npm: str) -> SessionEncoder:
         encoder = self._encoders.get(npm)
@@ -326,7 +340,11 @@ class SessionManager:
     def on_requests(self, events: Sequence[Any]) -> None:
         """SessionRequested events (digests): install both directions, in one Write per NPM."""
         pending: dict[str, list[_Pending]] = {}
+        recorded: dict[str, list[Session]] = {}
+        promote: dict[str, dict[int, Session]] = {}
         now = dt.datetime.now(dt.UTC)
+        clock = time.monotonic()
+        on_demand = self.policy.sessions.data_plane_entries == "on_demand"
         for event, f in ((e, record) for e in events for record in e.records):
             key: FlowKey = (
                 f["ipv4_src"],
@@ -335,6 +353,12 @@ class SessionManager:
                 f["l4_sport"],
                 f["l4_dport"],
             )
+            known = self.index.get((event.npm, key))
+            if known is not None and known.slot_only and f.get("dp_session"):
+                # Reported again by the data plane: the flow lives on; now it gets its entries.
+                self._slot_touch(known, clock)
+                promote.setdefault(event.npm, {})[known.id] = known
+                continue
             if self._is_duplicate(event.npm, key):
                 continue
             # The NPM masqueraded the flow itself (its port from the NPM's block) or carried a
@@ -362,10 +386,20 @@ class SessionManager:
                 created_at=now,
             )
             self._index(session)
+            if on_demand and f.get("dp_session") and nat_kind == pc.NAT_NONE:
+                # A routed flow its slot carries: recorded; entries once it proves long-lived.
+                session.slot_only = True
+                self._slot_touch(session, clock)
+                recorded.setdefault(event.npm, []).append(session)
+                continue
             pending.setdefault(event.npm, []).append(_Pending(session, event.received_at, "digest"))
+        for npm, sessions in recorded.items():
+            self._record(npm, sessions)
         for npm, items in pending.items():
             installed = self._install(npm, items)
             self._replay_early_closes(item.session for item in installed)
+        for npm, known_sessions in promote.items():
+            self._promote(npm, list(known_sessions.values()), "sessions (long-lived)")
 
     def on_packet_ins(self, events: Sequence[Any]) -> None:
         """PacketIn events: NAT session set-up (and ACL to-CPU packets)."""
@@ -514,6 +548,8 @@ class SessionManager:
     def _unindex(self, session: Session) -> None:
         if self.sessions.pop(session.id, None) is not None:
             self.per_npm[session.npm] -= 1
+        if session.slot_only:
+            self._slot_forget(session)
         self.closing.pop(session.id, None)
         for key in (session.key, session.reply):
             if self.index.get((session.npm, key)) is session:
@@ -546,33 +582,26 @@ class SessionManager:
             len(updates), lambda request, a, b: encoder.fill(request, updates[a:b]), what, expected
         )
 
-    def _install(self, npm: str, items: list[_Pending]) -> list[_Pending]:
-        """INSERT both directions of every session in one Write; returns the installed ones."""
+    def _insert_entries(self, npm: str, sessions: Sequence[Session], what: str) -> set[int]:
+        """INSERT both directions of every session in one Write (an entry there already is
+        taken over with a MODIFY); the ids of the sessions not installed, whose halves that
+        were written are deleted again. Raises if the Write fails as a whole."""
         insert = p4r.Update.INSERT
         updates: list[SessionUpdate] = []
-        for item in items:
-            session = item.session
+        for session in sessions:
             original, reply = direction_params(session)
             timeout_ns = int(session.idle_timeout * 1e9)
             updates.append(SessionUpdate(insert, session.key, original, timeout_ns))
             updates.append(SessionUpdate(insert, session.reply, reply, timeout_ns))
-        try:
-            result = self._write(npm, updates, "sessions")
-        except Exception:
-            for item in items:
-                self._unindex(item.session)
-            self.stats.failed += len(items)
-            self.metrics.session_failures.labels(npm, "write").inc(len(items))
-            raise
+        result = self._write(npm, updates, what)
         failed_sessions: set[int] = set()
         failed_updates = {e.index for e in result.failed}
         retry: list[SessionUpdate] = []
         retry_owner: list[int] = []
         for error in result.failed:
-            item = items[error.index // 2]
+            session = sessions[error.index // 2]
             if error.code == rpc_code.ALREADY_EXISTS:
                 # Left on the switch from before (e.g. an earlier controller): take it over.
-                session = item.session
                 original, reply = direction_params(session)
                 key, params = (
                     (session.key, original) if error.index % 2 == 0 else (session.reply, reply)
@@ -581,25 +610,39 @@ class SessionManager:
                 retry.append(SessionUpdate(p4r.Update.MODIFY, key, params, timeout_ns))
                 retry_owner.append(error.index // 2)
             else:
-                failed_sessions.add(item.session.id)
+                failed_sessions.add(session.id)
         if retry:
-            again = self._write(npm, retry, "sessions (existing)")
+            again = self._write(npm, retry, f"{what} (existing)")
             for error in again.failed:
-                failed_sessions.add(items[retry_owner[error.index]].session.id)
-        done: list[_Pending] = []
+                failed_sessions.add(sessions[retry_owner[error.index]].id)
         cleanup: list[SessionUpdate] = []
-        for i, item in enumerate(items):
+        for i, session in enumerate(sessions):
+            if session.id in failed_sessions:
+                for j, key in ((2 * i, session.key), (2 * i + 1, session.reply)):
+                    if j not in failed_updates:
+                        cleanup.append(SessionUpdate(p4r.Update.DELETE, key))
+        if cleanup:
+            self._write(npm, cleanup, f"{what} (cleanup)")
+        return failed_sessions
+
+    def _install(self, npm: str, items: list[_Pending]) -> list[_Pending]:
+        """INSERT both directions of every session in one Write; returns the installed ones."""
+        try:
+            failed_sessions = self._insert_entries(npm, [i.session for i in items], "sessions")
+        except Exception:
+            for item in items:
+                self._unindex(item.session)
+            self.stats.failed += len(items)
+            self.metrics.session_failures.labels(npm, "write").inc(len(items))
+            raise
+        done: list[_Pending] = []
+        for item in items:
             if item.session.id in failed_sessions:
                 self._unindex(item.session)
                 self.stats.failed += 1
                 self.metrics.session_failures.labels(npm, "refused").inc()
-                for j, key in ((2 * i, item.session.key), (2 * i + 1, item.session.reply)):
-                    if j not in failed_updates:
-                        cleanup.append(SessionUpdate(p4r.Update.DELETE, key))
                 continue
             done.append(item)
-        if cleanup:
-            self._write(npm, cleanup, "sessions (cleanup)")
         self.store.submit(self.db.insert_sessions, [item.session.row() for item in done])
         finished = time.perf_counter()
         latency_metric = self.metrics.setup_latency
@@ -615,6 +658,41 @@ class SessionManager:
         if self.publish is not None and done:
             self.publish(SessionsInstalled(npm, tuple(i.session.key for i in done), finished))
         return done
+
+    def _record(self, npm: str, sessions: list[Session]) -> None:
+        """Slot-only sessions (on_demand): into the database and the gauges, no Write."""
+        self.store.submit(self.db.insert_sessions, [s.row() for s in sessions])
+        self.stats.slot_only += len(sessions)
+        self._update_gauges(npm)
+        if self.publish is not None:
+            keys = tuple(s.key for s in sessions)
+            self.publish(SessionsInstalled(npm, keys, time.perf_counter()))
+        self._replay_early_closes(sessions)
+
+    def _promote(self, npm: str, sessions: list[Session], what: str) -> list[Session]:
+        """Install the entries of slot-only sessions (as they are now: blocked, bypassed,
+        re-steered); those the switch refuses stay slot-only. Returns the installed ones."""
+        failed = self._insert_entries(npm, sessions, what)
+        done = [s for s in sessions if s.id not in failed]
+        for session in done:
+            self._slot_forget(session)
+            session.slot_only = False
+        self.stats.promoted += len(done)
+        if len(done) < len(sessions):
+            self.stats.failed += len(sessions) - len(done)
+            self.metrics.session_failures.labels(npm, "refused").inc(len(sessions) - len(done))
+        return done
+
+    def _slot_touch(self, session: Session, clock: float) -> None:
+        session.reported_at = clock
+        queue = self._slots.setdefault(session.idle_timeout, OrderedDict())
+        queue.pop(session.id, None)
+        queue[session.id] = session
+
+    def _slot_forget(self, session: Session) -> None:
+        queue = self._slots.get(session.idle_timeout)
+        if queue is not None:
+            queue.pop(session.id, None)
 
     def _update_gauges(self, npm: str) -> None:
         self.metrics.sessions_active.labels(npm).set(self.count(npm))
@@ -632,8 +710,14 @@ class SessionManager:
             connection = self.npms.get(npm)
             if connection is not None and connection.is_primary:
                 delete = p4r.Update.DELETE
-                deletes = [SessionUpdate(delete, key) for s in items for key in (s.key, s.reply)]
-                self._write(npm, deletes, f"remove sessions ({reason})", GONE)
+                deletes = [
+                    SessionUpdate(delete, key)
+                    for s in items
+                    if not s.slot_only  # nothing written: its slot ages out alone
+                    for key in (s.key, s.reply)
+                ]
+                if deletes:
+                    self._write(npm, deletes, f"remove sessions ({reason})", GONE)
             for session in items:
                 self._unindex(session)
             self.store.submit(self.db.delete_sessions, [s.id for s in items])
@@ -651,7 +735,12 @@ class SessionManager:
         for session in sessions:
             by_npm.setdefault(session.npm, []).append(session)
         changed = 0
-        for npm, items in by_npm.items():
+        for npm, all_items in by_npm.items():
+            # Slot-only sessions get their entries now (the slot cannot block or re-steer).
+            fresh = [s for s in all_items if s.slot_only]
+            installed = self._promote(npm, fresh, what) if fresh else []
+            fresh_ids = {s.id for s in fresh}
+            items = [s for s in all_items if s.id not in fresh_ids]
             modify = p4r.Update.MODIFY
             updates = []
             for s in items:
@@ -659,11 +748,15 @@ class SessionManager:
                 timeout_ns = int(s.idle_timeout * 1e9)
                 updates.append(SessionUpdate(modify, s.key, original, timeout_ns))
                 updates.append(SessionUpdate(modify, s.reply, reply, timeout_ns))
-            result = self._write(npm, updates, what)
-            gone = {items[e.index // 2].id for e in result.failed if e.code == rpc_code.NOT_FOUND}
+            gone: set[int] = set()
+            if updates:
+                result = self._write(npm, updates, what)
+                gone = {
+                    items[e.index // 2].id for e in result.failed if e.code == rpc_code.NOT_FOUND
+                }
             if gone:
                 self.remove([s for s in items if s.id in gone], "gone")
-            ok = [s for s in items if s.id not in gone]
+            ok = installed + [s for s in items if s.id not in gone]
             self.store.submit(
                 self.db.update_sessions,
                 [
@@ -747,6 +840,16 @@ class SessionManager:
         due = [s for s in self.closing.values() if s.close_at is not None and s.close_at <= now]
         if due:
             self.remove(due, "fin")
+        aged: list[Session] = []
+        for timeout, queue in self._slots.items():
+            limit = now - (REPORT_SECONDS + timeout + SLOT_GRACE_SECONDS)
+            for session in queue.values():  # oldest report first
+                if session.reported_at > limit:
+                    break
+                aged.append(session)
+        if aged:
+            self.stats.slot_aged += len(aged)
+            self.remove(aged, "slot_aged")
 
     def on_idle(self, npm: str, keys: Iterable[FlowKey]) -> int:
         """Idle entries reported: remove the sessions whose both directions are idle, and

@@ -113,6 +113,7 @@ R_FLOW_KEY_DST = "flow_key_dst"  # id 0x16753256
 R_FLOW_KEY_PORTS = "flow_key_ports"  # id 0x1608fe89
 R_FLOW_KEY_SRC = "flow_key_src"  # id 0x16b25b07
 R_FLOW_NAT = "flow_nat"  # id 0x16c50d73
+R_FLOW_REPORTED = "flow_reported"  # id 0x16018bc4
 R_FLOW_SEEN = "flow_seen"  # id 0x16caaebd
 R_FLOW_SPM = "flow_spm"  # id 0x16f4c593
 R_FLOW_STATE = "flow_state"  # id 0x1630d763
@@ -251,6 +252,7 @@ REGISTER_SIZES: dict[str, int] = {
     "flow_key_ports": 65536,
     "flow_key_src": 65536,
     "flow_nat": 16384,
+    "flow_reported": 65536,
     "flow_seen": 65536,
     "flow_spm": 65536,
     "flow_state": 65536,
@@ -325,7 +327,8 @@ FLOW_EVENT_NAT_REVERSE = 8
 FLOW_EVENT_DNAT_CREATED = 9
 FLOW_EVENT_DNAT_REPLY = 10
 FLOW_EVENT_DNAT_FALLBACK = 11
-FLOW_EVENT_COUNT = 12
+FLOW_EVENT_REPORTED = 12
+FLOW_EVENT_COUNT = 13
 FLOW_STATE_VALID = 0x100
 FLOW_STATE_INSTALLED = 0x200
 FLOW_STATE_CLOSING = 0x400
@@ -334,6 +337,7 @@ FLOW_STATE_DNAT = 0x1000
 FLOW_TICK_US = 0x400
 FLOW_DEFAULT_IDLE_TICKS = 0x7271
 FLOW_DEFAULT_CLOSING_TICKS = 0x2626
+FLOW_REPORT_TICKS = 0x3d1
 METER_GREEN = 0
 METER_YELLOW = 1
 METER_RED = 2
@@ -344,4 +348,4 @@ ROLE_NAMES: dict[int, str] = {0: "UNKNOWN", 1: "INSIDE", 2: "OUTSIDE", 3: "SPM",
 ACL_NAMES: dict[int, str] = {0: "DENY", 1: "PERMIT", 2: "TO_CPU"}
 NAT_NAMES: dict[int, str] = {0: "NONE", 1: "REWRITE_SRC", 2: "REWRITE_DST"}
 METER_NAMES: dict[int, str] = {0: "GREEN", 1: "YELLOW", 2: "RED"}
-FLOW_EVENT_NAMES: dict[int, str] = {0: "CREATED", 1: "RECLAIMED", 2: "HIT", 3: "COLLISION", 4: "RETIRED", 5: "CLOSING", 6: "NAT_CREATED", 7: "NAT_FULL", 8: "NAT_REVERSE", 9: "DNAT_CREATED", 10: "DNAT_REPLY", 11: "DNAT_FALLBACK"}
+FLOW_EVENT_NAMES: dict[int, str] = {0: "CREATED", 1: "RECLAIMED", 2: "HIT", 3: "COLLISION", 4: "RETIRED", 5: "CLOSING", 6: "NAT_CREATED", 7: "NAT_FULL", 8: "NAT_REVERSE", 9: "DNAT_CREATED", 10: "DNAT_REPLY", 11: "DNAT_FALLBACK", 12: "REPORTED"}

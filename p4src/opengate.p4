@@ -50,7 +50,7 @@ control V1Ingress(inout headers_t hdr, inout local_metadata_t meta,
                     meta.key_src, meta.key_dst, hdr.ipv4.protocol,
                     meta.key_sport, meta.key_dport, meta.ingress_port, meta.acl_rule,
                     meta.ids_class, meta.spm_port, meta.spm_mac, meta.nat_addr, meta.nat_port,
-                    meta.nat_kind
+                    meta.nat_kind, meta.dp_session
                 });
             }
         }

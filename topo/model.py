@@ -218,6 +218,16 @@ def with_controller_nat(policy_text: str) -> str:
     return off
 
 
+def with_entries_on_demand(policy_text: str) -> str:
+    """A policy's text with `sessions.data_plane_entries: on_demand`: the CPM writes no entries
+    for the routed flows a data-plane slot carries until they live on (the benchmarks use it)."""
+    added = "\nsessions:\n  data_plane_entries: on_demand\n"
+    out, count = re.subn(r"\nsessions:\n", added, policy_text)
+    if count != 1:
+        raise ConfigError("the policy has no sessions section to add data_plane_entries to")
+    return out
+
+
 def without_masquerade(policy_text: str) -> str:
     """A policy's text with its `nat: masquerade:` block removed: the inside hosts are routed,
     not translated (the benchmarks and tests of sessions made by the data plane use it)."""

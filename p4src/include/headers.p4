@@ -123,6 +123,8 @@ struct session_request_t {
     ipv4_addr_t nat_addr;            // the data plane's NAT binding of the flow: masqueraded
     l4_port_t   nat_port;            // as nat_addr:nat_port, or forwarded to it (0: no NAT)
     nat_kind_t  nat_kind;            // NAT_REWRITE_SRC or NAT_REWRITE_DST, of the first packet
+    bit<1>      dp_session;          // 1: a data-plane slot carries the flow (both directions
+                                     // pass without exact entries); 0: it waits for them
 #endif
 }
 
@@ -212,6 +214,7 @@ struct local_metadata_t {
     // Data-plane sessions (SessionSetup, where the shell defines OG_DP_SESSIONS).
     flow_ticks_t now;                // the packet's arrival time, set by the shell
     bit<1>       flow_hit;           // admitted by a data-plane session slot (no exact entry yet)
+    bit<1>       dp_session;         // the digest's dp_session
     flow_ticks_t flow_idle_ticks;    // this protocol's slot lifetime (flow_ageing)
     flow_ticks_t flow_closing_ticks; // ...after a FIN or RST
     bit<1>       dp_nat;             // the masquerade rule lets the data plane pick the port...

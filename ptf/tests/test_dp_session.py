@@ -46,6 +46,8 @@ HOST_IN_ALT = "10.0.1.11"
 HOST_OUT_ALT = "198.51.100.21"
 HOST_IN_THIRD = "10.0.1.12"
 HOST_OUT_THIRD = "198.51.100.18"
+# How often a routed flow without exact entries is reported again, at most.
+REPORT_SECONDS = pc.FLOW_REPORT_TICKS * pc.FLOW_TICK_US / 1e6
 
 
 def reply(sport: int = 40000, flags: str = "SA", src: str = HOST_OUT, dst: str = HOST_IN) -> Packet:
@@ -102,17 +104,59 @@ class ReplyAdmittedBeforeControllerWrite(DataPlaneSessionTest):
     def runTest(self) -> None:
         self.classify_everything(rule_id=5)
         self.enable_digest(pc.D_SESSION_REQUEST_T)
+        started = time.monotonic()
         self.forwarded(INSIDE, refresh(tcp_packet(flags="S")), OUTSIDE, HOST_OUT_MAC)
         self.forwarded(OUTSIDE, reply(), INSIDE, HOST_IN_MAC)
         self.forwarded(INSIDE, refresh(tcp_packet(flags="A")), OUTSIDE, HOST_OUT_MAC)
         self.forwarded(OUTSIDE, reply(flags="PA"), INSIDE, HOST_IN_MAC)
+        elapsed = time.monotonic() - started
         testutils.verify_no_other_packets(self)
         record = self.next_digest(pc.D_SESSION_REQUEST_T)
         self.assertEqual((record["l4_sport"], record["acl_rule"]), (40000, 5))
-        self.assertEqual(self.drain_digests(), 0, "only the opening packet is reported")
+        self.assertEqual(record["dp_session"], 1, "a slot carries the flow")
+        # Only the opening packet is reported; a flow still without entries after
+        # FLOW_REPORT_TICKS is reported again, which a loaded machine may reach here.
+        if elapsed < REPORT_SECONDS:
+            self.assertEqual(self.drain_digests(), 0, "only the opening packet is reported")
         self.wait_events(pc.FLOW_EVENT_HIT, 3)
         self.assertEqual(self.events(pc.FLOW_EVENT_CREATED), 1)
         self.assertEqual(self.client.read_table(self.schema.tables.get(pc.T_SESSION).id), [])
+
+
+class LongLivedFlowIsReportedAgain(DataPlaneSessionTest):
+    """A routed flow its slot carries without exact entries is reported again (its digest, with
+    dp_session 1) by its first packet, of either direction, once FLOW_REPORT_TICKS have passed
+    since the last report, and not before: the controller learns which flows live on."""
+
+    def runTest(self) -> None:
+        self.classify_everything(rule_id=5)
+        self.enable_digest(pc.D_SESSION_REQUEST_T)
+        self.forwarded(INSIDE, refresh(tcp_packet(flags="S")), OUTSIDE, HOST_OUT_MAC)
+        reported = time.monotonic()
+        first = self.next_digest(pc.D_SESSION_REQUEST_T)
+        self.assertEqual((first["l4_sport"], first["dp_session"]), (40000, 1))
+        self.forwarded(OUTSIDE, reply(), INSIDE, HOST_IN_MAC)
+        if time.monotonic() - reported < REPORT_SECONDS * 0.9:
+            self.assertEqual(self.drain_digests(), 0, "reported again too early")
+        # The condition under test is time itself: the report interval passes.
+        time.sleep(max(0.0, reported + REPORT_SECONDS * 1.2 - time.monotonic()))
+        reported = time.monotonic()
+        self.forwarded(OUTSIDE, reply(flags="A"), INSIDE, HOST_IN_MAC)
+        again = self.next_digest(pc.D_SESSION_REQUEST_T)
+        # Reported from the reply: its key as it arrived, the slot's verdict (SPM, class).
+        self.assertEqual(
+            (again["ipv4_src"], again["l4_sport"], again["l4_dport"], again["dp_session"]),
+            (ip(HOST_OUT), 80, 40000, 1),
+        )
+        self.assertEqual(
+            (again["spm_port"], again["ids_class"]), (first["spm_port"], first["ids_class"])
+        )
+        self.wait_events(pc.FLOW_EVENT_REPORTED, 1)
+        # The next packet, within the interval: not reported again.
+        self.forwarded(INSIDE, refresh(tcp_packet(flags="A")), OUTSIDE, HOST_OUT_MAC)
+        testutils.verify_no_other_packets(self)
+        if time.monotonic() - reported < REPORT_SECONDS * 0.9:
+            self.assertEqual(self.events(pc.FLOW_EVENT_REPORTED), 1)
 
 
 class UdpAndEchoRepliesAdmitted(DataPlaneSessionTest):

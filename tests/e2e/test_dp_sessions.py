@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from opengate import p4constants as pc
-from topo.model import without_masquerade
+from tests.helpers import wait_for
+from topo.model import with_entries_on_demand, without_masquerade
 from topo.net import GatewayNetwork
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -21,19 +22,28 @@ H1 = "10.0.1.10"
 CONNECTIONS = 20
 
 
-@pytest.fixture
-def routed_gateway(gateway: GatewayNetwork) -> Iterator[GatewayNetwork]:
+def _applied(gateway: GatewayNetwork, on_demand: bool) -> Iterator[GatewayNetwork]:
     running = gateway.api("GET", "/api/v1/policy")
     path = str(gateway.spec.policy)
-    gateway.api(
-        "POST",
-        "/api/v1/policy/apply",
-        json={"path": path, "text": without_masquerade(running["text"])},
-    )
+    text = without_masquerade(running["text"])
+    if on_demand:
+        text = with_entries_on_demand(text)
+    gateway.api("POST", "/api/v1/policy/apply", json={"path": path, "text": text})
     try:
         yield gateway
     finally:
         gateway.api("POST", "/api/v1/policy/apply", json={"path": path, "text": running["text"]})
+
+
+@pytest.fixture
+def routed_gateway(gateway: GatewayNetwork) -> Iterator[GatewayNetwork]:
+    yield from _applied(gateway, on_demand=False)
+
+
+@pytest.fixture
+def on_demand_gateway(gateway: GatewayNetwork) -> Iterator[GatewayNetwork]:
+    """The routed policy with `sessions.data_plane_entries: on_demand`."""
+    yield from _applied(gateway, on_demand=True)
 
 
 def flow_events(gateway: GatewayNetwork, event: int) -> int:
@@ -69,3 +79,50 @@ def test_routed_connections_are_set_up_by_the_data_plane(routed_gateway: Gateway
             break
         assert time.monotonic() < deadline, f"the controller lacks sessions {ports - known}"
         time.sleep(0.2)
+
+
+def _session_stats(gateway: GatewayNetwork) -> dict[str, int]:
+    return dict(gateway.api("GET", "/api/v1/status")["sessions"])
+
+
+def test_entries_on_demand_short_flows_recorded_long_ones_installed(
+    on_demand_gateway: GatewayNetwork,
+) -> None:
+    """With exact entries on demand: short connections h1 -> out1 are answered, and the
+    controller records each one its slot carries without writing entries (the API lists them);
+    a ping that lasts 2 s is reported again by the data plane and gets its entries."""
+    gateway = on_demand_gateway
+    before = _session_stats(gateway)
+    created = flow_events(gateway, pc.FLOW_EVENT_CREATED)
+    ports: set[int] = set()
+    for _ in range(10):
+        result = gateway.run(
+            "h1", f"curl -s -m 10 -w ' %{{local_port}}' http://{OUT1}/whoami", timeout=30
+        )
+        assert result.returncode == 0, (len(ports), result.output)
+        ports.add(int(result.output.split()[1]))
+    made = flow_events(gateway, pc.FLOW_EVENT_CREATED) - created
+
+    def recorded() -> bool:
+        stats = _session_stats(gateway)
+        return (
+            stats["slot_only"] - before["slot_only"] >= made
+            and stats["installed"] - before["installed"] >= 10 - made  # collisions' flows
+        )
+
+    # (a closed connection's record goes after FIN both ways and the linger: the counts, not
+    # the list of sessions, say that each was recorded)
+    wait_for("the controller to record the connections its slots carry", recorded)
+    assert made >= 1 and len(ports) == 10, (made, ports)
+    after = _session_stats(gateway)
+    # recorded, not installed: no entries written for them (a collision's flow would be)
+    assert after["installed"] - before["installed"] == 10 - made, (before, after)
+    reported = flow_events(gateway, pc.FLOW_EVENT_REPORTED)
+    ping = gateway.run("h1", f"ping -c 5 -i 0.5 -W 2 {OUT1}", timeout=30)
+    assert ping.returncode == 0 and "5 received" in ping.output, ping.output
+
+    def promoted() -> bool:
+        return _session_stats(gateway)["promoted"] > before["promoted"]
+
+    wait_for("the ping's session to get its entries", promoted)
+    assert flow_events(gateway, pc.FLOW_EVENT_REPORTED) > reported

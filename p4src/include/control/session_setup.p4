@@ -57,6 +57,9 @@ OG_REGISTER(bit<32>, flow_state, FLOW_SLOTS);
 OG_REGISTER(bit<64>, flow_spm, FLOW_SLOTS);
 @name(".flow_seen")
 OG_REGISTER(flow_ticks_t, flow_seen, FLOW_SLOTS);
+// When the flow was last reported to the controller (its digest): claimed, or reported again.
+@name(".flow_reported")
+OG_REGISTER(flow_ticks_t, flow_reported, FLOW_SLOTS);
 // Masqueraded slots only: public address ++ public port ++ 16 zero bits.
 @name(".flow_nat")
 OG_REGISTER(bit<64>, flow_nat, NAT_DP_SLOTS);
@@ -410,6 +413,18 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                 meta.nat_addr = nat[63:32];
                 meta.nat_port = nat[31:16];
             }
+            if (want_nat == 0 && !closing_packet) {
+                // A routed flow, still without exact entries: report it again (from a packet of
+                // either direction) once FLOW_REPORT_TICKS have passed since its last report.
+                flow_ticks_t reported;
+                flow_reported.read(reported, slot);
+                if (meta.now - reported >= FLOW_REPORT_TICKS) {
+                    flow_reported.write(slot, meta.now);
+                    meta.send_session_request = 1;
+                    meta.dp_session = 1;
+                    OG_COUNT(flow_event_counter, FLOW_EVENT_REPORTED);
+                }
+            }
             if (closing_packet) {
                 meta.send_session_close = 1;
                 if ((state & FLOW_STATE_CLOSING) == 0) {
@@ -476,6 +491,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                                            | ((bit<32>)meta.ids_class << 16));
                     flow_spm.write(slot, (bit<7>)0 ++ meta.spm_port ++ meta.spm_mac);
                     flow_seen.write(slot, meta.now);
+                    flow_reported.write(slot, meta.now);
                     if (nat_flow) {
                         // The slot is the port: claimed with it, free again with it.
                         l4_port_t port = meta.dp_nat_base + (l4_port_t)slot;
@@ -501,6 +517,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                     }
                     OG_COUNT(flow_event_counter, FLOW_EVENT_CREATED);
                     claimed = true;
+                    meta.dp_session = 1;
                 } else if (nat_flow) {
                     OG_COUNT(flow_event_counter, FLOW_EVENT_NAT_FULL);
                 } else {

@@ -1,0 +1,138 @@
+"""sessions.data_plane_entries: on_demand, against the switch double. A routed flow that a
+data-plane slot carries (digest with dp_session 1) is recorded without a Write; reported again
+(alive after FLOW_REPORT_TICKS) it gets its exact entries; not reported again it ages out of the
+CPM's view as it does out of its slot, without a Write; acted on (block) it gets its entries
+first. Flows the slot does not carry (a collision) and NAT flows are installed at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from controller.runtime import Controller
+from controller.sessions import REPORT_SECONDS, SLOT_GRACE_SECONDS
+from opengate import p4constants as pc
+from tests.controller.conftest import ControllerFactory, wait_until
+from tests.controller.flows import GW_OUT, H1, OUT1, SPM1_MAC, ip, key, request
+from tests.controller.test_sessions import db_sessions, expected_entry, session_entries
+from tests.switch_double import SwitchDouble
+
+FLOW = key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 80)
+REPLY = key(OUT1, H1, pc.IP_PROTO_TCP, 80, 40000)
+INSPECTED = {"ids_class": 1, "spm_port": 3, "spm_mac": SPM1_MAC}
+
+
+def on_demand(lab: Path, udp_idle: float = 30.0) -> Path:
+    text = lab.read_text()
+    text = text.replace("acl_to_cpu: drop", "acl_to_cpu: drop\n  data_plane_entries: on_demand")
+    text = text.replace("udp: 30", f"udp: {udp_idle:g}")
+    assert "on_demand" in text and f"udp: {udp_idle:g}" in text
+    lab.write_text(text)
+    return lab
+
+
+def stats(controller: Controller) -> dict[str, int]:
+    return dict(controller.bus.call(lambda: controller.status()["sessions"]))
+
+
+def test_a_slot_carried_flow_is_recorded_without_a_write(
+    switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
+) -> None:
+    controller = make_controller(switch, policy=on_demand(lab))
+    writes_before = len(switch.writes)
+    assert switch.inject_digest(pc.D_SESSION_REQUEST_T, [{**request(FLOW), "dp_session": 1}])
+    (row,) = wait_until("the session in the DB", lambda: db_sessions(controller))
+    assert (row["src"], row["sport"], row["r_src"], row["r_dport"]) == (
+        ip(H1),
+        40000,
+        ip(OUT1),
+        40000,
+    )
+    assert stats(controller)["slot_only"] == 1
+    assert stats(controller)["active"] == 1
+    assert session_entries(switch) == []
+    assert len(switch.writes) == writes_before
+
+
+def test_reported_again_it_gets_its_entries(
+    switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
+) -> None:
+    controller = make_controller(switch, policy=on_demand(lab))
+    first = {**request(FLOW, **INSPECTED), "dp_session": 1}
+    assert switch.inject_digest(pc.D_SESSION_REQUEST_T, [first])
+    wait_until("the session recorded", lambda: stats(controller)["slot_only"] == 1)
+    # Reported again from the reply (either direction may be the one that shows it lives on).
+    again = {**request(REPLY, **INSPECTED, ingress_port=2), "dp_session": 1}
+    assert switch.inject_digest(pc.D_SESSION_REQUEST_T, [again])
+    wait_until("both entries", lambda: len(session_entries(switch)) == 2)
+    forward = {"class_id": 1, "spm_port": 3, "spm_mac": SPM1_MAC}
+    assert session_entries(switch) == [
+        expected_entry(controller, FLOW, **forward),
+        expected_entry(controller, REPLY, **forward),
+    ]
+    counts = stats(controller)
+    assert (counts["promoted"], counts["active"], counts["duplicates"]) == (1, 1, 0)
+    assert len(db_sessions(controller)) == 1
+    # Once installed, a further report is a duplicate: nothing is written again.
+    writes = len(switch.writes)
+    assert switch.inject_digest(pc.D_SESSION_REQUEST_T, [first])
+    wait_until("the duplicate", lambda: stats(controller)["duplicates"] == 1)
+    assert len(switch.writes) == writes
+
+
+def test_not_reported_again_it_ages_out_without_a_write(
+    switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
+) -> None:
+    controller = make_controller(switch, policy=on_demand(lab, udp_idle=0.2))
+    flow = key(H1, OUT1, pc.IP_PROTO_UDP, 5353, 53)
+    writes_before = len(switch.writes)
+    assert switch.inject_digest(pc.D_SESSION_REQUEST_T, [{**request(flow), "dp_session": 1}])
+    wait_until("the session recorded", lambda: len(db_sessions(controller)) == 1)
+    # Its slot lives until REPORT_SECONDS + idle after the last report: not removed before.
+    assert stats(controller)["active"] == 1
+    wait_until(
+        "the session aged out",
+        lambda: stats(controller)["slot_aged"] == 1 and db_sessions(controller) == [],
+        timeout=REPORT_SECONDS + 0.2 + SLOT_GRACE_SECONDS + 5,
+    )
+    assert stats(controller)["active"] == 0
+    assert len(switch.writes) == writes_before
+
+
+def test_blocking_a_slot_only_session_installs_its_block_entries(
+    switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
+) -> None:
+    controller = make_controller(switch, policy=on_demand(lab))
+    assert switch.inject_digest(pc.D_SESSION_REQUEST_T, [{**request(FLOW), "dp_session": 1}])
+    wait_until("the session recorded", lambda: stats(controller)["slot_only"] == 1)
+
+    def block() -> None:
+        assert controller.sessions is not None
+        session = controller.sessions.find("npm1", FLOW)
+        assert session is not None
+        controller.sessions.block(session)
+
+    controller.bus.call(block)
+    assert session_entries(switch) == [
+        expected_entry(controller, FLOW, 30.0, True),
+        expected_entry(controller, REPLY, 30.0, True),
+    ]
+    (row,) = db_sessions(controller)
+    assert row["state"] == "blocked"
+    assert stats(controller)["promoted"] == 1
+
+
+def test_flows_no_slot_carries_and_nat_flows_are_installed_at_once(
+    switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
+) -> None:
+    controller = make_controller(switch, policy=on_demand(lab))
+    # A collision: forwarded and reported, but no slot (dp_session 0).
+    assert switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(FLOW)])
+    # A flow the data plane masqueraded (its binding in the digest).
+    masqueraded = key(H1, OUT1, pc.IP_PROTO_TCP, 40001, 80)
+    nat = {"nat_kind": pc.NAT_REWRITE_SRC, "nat_addr": ip(GW_OUT), "nat_port": 20005}
+    assert switch.inject_digest(
+        pc.D_SESSION_REQUEST_T, [{**request(masqueraded), **nat, "dp_session": 1}]
+    )
+    wait_until("four entries", lambda: len(session_entries(switch)) == 4)
+    counts = stats(controller)
+    assert (counts["installed"], counts["slot_only"]) == (2, 0)
