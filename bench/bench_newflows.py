@@ -1,14 +1,16 @@
-"""The new-flow rate the gateway sustains with no session lost: sessions made by the NPM (routed,
-masqueraded) against sessions made by the CPM (masqueraded, `data_plane_ports: off`).
+"""The new-flow rate the gateway sustains with no session lost: sessions made by the NPM (routed;
+routed with the CPM's exact entries on demand; masqueraded) against sessions made by the CPM
+(masqueraded, `data_plane_ports: off`).
 
     sudo .venv/bin/python -m bench.bench_newflows [--rates 2000,8000,16000] [--seconds 4]
-        [--policies routed,npm,cpm]
+        [--policies routed,ondemand,npm,cpm]
 
 Needs root (Mininet). h2 opens `rate` new UDP flows a second (one 18-byte datagram each, each
 flow new to the run) to out1 for `--seconds`, sent by bench.csender (the paced C sender) on h2's
 interface, so that the sender is not what limits the rate. out1 counts what arrives in its
 kernel (an nftables counter that drops them before any socket, so no receiving program and no
-ICMP errors); the CPM's `installed` counter counts the sessions it installed; the NPM's drop
+ICMP errors); the CPM's `installed` and `slot_only` counters count the sessions it installed or
+recorded without entries (`ondemand`: `sessions.data_plane_entries: on_demand`); the NPM's drop
 counter says where the rest went. A rate is sustained when every flow arrived and every flow
 became a session. The policy is the example policy without inspection (the SPMs are measured
 elsewhere), without the CPU meters and the per-source new-flow limit (they cap the rate on

@@ -304,13 +304,18 @@ def desired_base(
     if has(pc.T_FLOW_AGEING):
         settings = policy.sessions
         linger = flow_ticks(settings.closing_linger)
+        report = flow_ticks(settings.report_interval)
         for proto in _AGEING_PROTOCOLS:
             out.add(
                 TableEntry.make(
                     pc.T_FLOW_AGEING,
                     {"ip_proto": Exact(proto)},
                     pc.A_SET_FLOW_TIMEOUT,
-                    {"idle": flow_ticks(settings.timeout_for(proto)), "closing": linger},
+                    {
+                        "idle": flow_ticks(settings.timeout_for(proto)),
+                        "closing": linger,
+                        "report": report,
+                    },
                 )
             )
     return out

@@ -210,6 +210,9 @@ class SessionSettings:
     # "on_demand": a routed flow's slot carries it alone until the data plane reports it again
     # (alive after FLOW_REPORT_TICKS) or the CPM must act on it (block, bypass, re-steer).
     data_plane_entries: str = "always"
+    # seconds after which the data plane reports again a routed flow its slot carries without
+    # exact entries (flow_ageing's report interval)
+    report_interval: float = 1.0
 
     def timeout_for(self, proto: int) -> float:
         name = {pc.IP_PROTO_TCP: "tcp", pc.IP_PROTO_UDP: "udp", pc.IP_PROTO_ICMP: "icmp"}
@@ -936,5 +939,6 @@ class _Loader:
             sub.reject_unknown()
             new_flows = (rate, burst)
         entries = section.get("data_plane_entries", one_of(*DATA_PLANE_ENTRIES), "always")
+        report = section.get("report_interval", pv.positive_float, 1.0)
         section.reject_unknown()
-        return SessionSettings(timeouts, linger, to_cpu, new_flows, entries)
+        return SessionSettings(timeouts, linger, to_cpu, new_flows, entries, report)

@@ -56,10 +56,9 @@ EARLY_CLOSES_KEPT = 65_536  # FIN/RST reports of flows not known yet, at most...
 EARLY_CLOSE_SECONDS = 10.0  # ...and for this long
 GONE = frozenset({rpc_code.NOT_FOUND})  # a delete's expected failure: the entry went already
 # sessions.data_plane_entries: on_demand. The data plane reports a routed flow that its slot
-# carries without exact entries again at most this often (from any packet after that long):
-REPORT_SECONDS = pc.FLOW_REPORT_TICKS * pc.FLOW_TICK_US / 1e6
-# ...so a slot-only session not reported for REPORT_SECONDS + its idle timeout has aged out of
-# its slot; this much more covers the digest's way to the CPM and the tick.
+# carries without exact entries again from its first packet after sessions.report_interval, so a
+# slot-only session not reported for that + its idle timeout has aged out of its slot; this much
+# more covers the digest's way to the CPM and the tick.
 SLOT_GRACE_SECONDS = 2.0
 
 
@@ -841,8 +840,9 @@ class SessionManager:
         if due:
             self.remove(due, "fin")
         aged: list[Session] = []
+        report = self.policy.sessions.report_interval
         for timeout, queue in self._slots.items():
-            limit = now - (REPORT_SECONDS + timeout + SLOT_GRACE_SECONDS)
+            limit = now - (report + timeout + SLOT_GRACE_SECONDS)
             for session in queue.values():  # oldest report first
                 if session.reported_at > limit:
                     break

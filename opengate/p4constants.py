@@ -188,7 +188,7 @@ ACTION_PARAMS: dict[str, tuple[str, ...]] = {
     "set_classifier_version": ("version",),
     "set_da_index": ("acl_index", "ids_index", "acl2_index", "acl3_index"),
     "set_dp_index": ("acl_index", "ids_index", "acl2_index", "acl3_index"),
-    "set_flow_timeout": ("idle", "closing"),
+    "set_flow_timeout": ("idle", "closing", "report"),
     "set_ids_addr_index": ("index",),
     "set_ids_class": ("class_id", "rule_id"),
     "set_ids_port_index": ("index",),
@@ -337,7 +337,7 @@ FLOW_STATE_DNAT = 0x1000
 FLOW_TICK_US = 0x400
 FLOW_DEFAULT_IDLE_TICKS = 0x7271
 FLOW_DEFAULT_CLOSING_TICKS = 0x2626
-FLOW_REPORT_TICKS = 0x3d1
+FLOW_DEFAULT_REPORT_TICKS = 0x3d1
 METER_GREEN = 0
 METER_YELLOW = 1
 METER_RED = 2

@@ -107,7 +107,7 @@ const bit<32> FLOW_EVENT_DNAT_CREATED = 9;  // a port-forwarded flow claimed a s
 const bit<32> FLOW_EVENT_DNAT_REPLY   = 10; // a forward's reply admitted by its slot, rewritten
 const bit<32> FLOW_EVENT_DNAT_FALLBACK = 11; // a forwarded flow found no slot: to the controller
 const bit<32> FLOW_EVENT_REPORTED  = 12; // a routed flow without exact entries, alive after
-                                         // FLOW_REPORT_TICKS: reported again (digest)
+                                         // its report interval: reported again (digest)
 const bit<32> FLOW_EVENT_COUNT     = 13;
 
 // Layout of a slot's state word: protocol, flags, class.
@@ -123,10 +123,11 @@ const bit<32> FLOW_TICK_US = 1024;
 const flow_ticks_t FLOW_DEFAULT_IDLE_TICKS    = 29297;
 const flow_ticks_t FLOW_DEFAULT_CLOSING_TICKS = 9766;
 // A routed flow the data plane carries without exact entries sends its digest again, from a
-// packet of either direction, once this long (1 s) has passed since its last report: a
-// controller that keeps no entries for short flows learns which flows live on, and one that
-// could not install the entries (a full table, a lost digest) gets the flow again.
-const flow_ticks_t FLOW_REPORT_TICKS = 977;
+// packet of either direction, once this long (1 s until flow_ageing says otherwise) has passed
+// since its last report: a controller that keeps no entries for short flows learns which flows
+// live on, and one that could not install the entries (a full table, a lost digest) gets the
+// flow again.
+const flow_ticks_t FLOW_DEFAULT_REPORT_TICKS = 977;
 
 const meter_color_t METER_GREEN  = 0;
 const meter_color_t METER_YELLOW = 1;

@@ -217,6 +217,7 @@ struct local_metadata_t {
     bit<1>       dp_session;         // the digest's dp_session
     flow_ticks_t flow_idle_ticks;    // this protocol's slot lifetime (flow_ageing)
     flow_ticks_t flow_closing_ticks; // ...after a FIN or RST
+    flow_ticks_t flow_report_ticks;  // ...and how often it is reported again without entries
     bit<1>       dp_nat;             // the masquerade rule lets the data plane pick the port...
     ipv4_addr_t  dp_nat_addr;        // ...on this address...
     l4_port_t    dp_nat_base;        // ...from the block starting here (NAT_DP_SLOTS ports)

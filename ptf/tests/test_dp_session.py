@@ -46,8 +46,9 @@ HOST_IN_ALT = "10.0.1.11"
 HOST_OUT_ALT = "198.51.100.21"
 HOST_IN_THIRD = "10.0.1.12"
 HOST_OUT_THIRD = "198.51.100.18"
-# How often a routed flow without exact entries is reported again, at most.
-REPORT_SECONDS = pc.FLOW_REPORT_TICKS * pc.FLOW_TICK_US / 1e6
+# How often a routed flow without exact entries is reported again, at most (flow_ageing's
+# default action: no entry for the protocol).
+REPORT_SECONDS = pc.FLOW_DEFAULT_REPORT_TICKS * pc.FLOW_TICK_US / 1e6
 
 
 def reply(sport: int = 40000, flags: str = "SA", src: str = HOST_OUT, dst: str = HOST_IN) -> Packet:
@@ -86,13 +87,15 @@ class DataPlaneSessionTest(OpenGateTest):
         testutils.send_packet(self, port, bytes(packet))
         testutils.verify_packet(self, routed(packet, out_port, next_hop), out_port)
 
-    def set_ageing(self, proto: int, idle: int, closing: int) -> None:
+    def set_ageing(
+        self, proto: int, idle: int, closing: int, report: int = pc.FLOW_DEFAULT_REPORT_TICKS
+    ) -> None:
         self.insert(
             TableEntry.make(
                 pc.T_FLOW_AGEING,
                 {"ip_proto": Exact(proto)},
                 pc.A_SET_FLOW_TIMEOUT,
-                {"idle": idle, "closing": closing},
+                {"idle": idle, "closing": closing, "report": report},
             )
         )
 

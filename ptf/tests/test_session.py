@@ -90,8 +90,13 @@ class SynWithoutSessionForwardedAndReported(OpenGateTest):
                 "ids_class": 0,
                 "spm_port": 0,
                 "spm_mac": 0,
-                # Not masqueraded (the v1model build's digest names the data plane's binding).
-                **({"nat_addr": 0, "nat_port": 0, "nat_kind": 0} if "nat_port" in record else {}),
+                # Not masqueraded (the v1model build's digest names the data plane's binding),
+                # and a data-plane slot carries it (the v1model build makes the session).
+                **(
+                    {"nat_addr": 0, "nat_port": 0, "nat_kind": 0, "dp_session": 1}
+                    if "nat_port" in record
+                    else {}
+                ),
             },
         )
 

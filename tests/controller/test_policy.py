@@ -249,6 +249,7 @@ def test_example_policy_meters_each_source_and_ages_data_plane_sessions() -> Non
     tcp = ageing[Exact(pc.IP_PROTO_TCP)]
     assert tcp["idle"] == round(300 * 1_000_000 / pc.FLOW_TICK_US)
     assert tcp["closing"] == round(2 * 1_000_000 / pc.FLOW_TICK_US)
+    assert tcp["report"] == round(1 * 1_000_000 / pc.FLOW_TICK_US)  # report_interval's default
     without = desired_base(policy, tag_base=0x100, weights={}, available=frozenset())
     assert not [e for e in without.entries.values() if e.table == pc.T_FLOW_AGEING]
     assert not [k for k in without.meters if k[0] == pc.M_CPU_SOURCE_METER]

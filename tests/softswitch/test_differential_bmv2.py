@@ -155,6 +155,22 @@ def gateway_entries() -> list[TableEntry]:
             pc.A_PORT_FORWARD,
         )
     )
+    # Data-plane sessions live their default lifetimes but are never reported again: a report
+    # depends on the time since the last one, which two switches fed the same frames in turn
+    # do not share (PTF tests the report, test_dp_session.LongLivedFlowIsReportedAgain).
+    out.append(
+        TableEntry.make(
+            pc.T_FLOW_AGEING,
+            {},
+            pc.A_SET_FLOW_TIMEOUT,
+            {
+                "idle": pc.FLOW_DEFAULT_IDLE_TICKS,
+                "closing": pc.FLOW_DEFAULT_CLOSING_TICKS,
+                "report": (1 << 32) - 1,
+            },
+            is_default=True,
+        )
+    )
     return out
 
 

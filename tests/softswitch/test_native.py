@@ -107,7 +107,8 @@ def state(dp: Any) -> dict[str, list[Any]]:
         if not ctr.is_direct:
             out[f"counter {name}"] = [(int(c[0]), int(c[1])) for c in ctr.cells]
     for name, reg in prog.registers.items():
-        if name == pc.R_FLOW_SEEN:  # time stamps: the two switches started at different times
+        if name in (pc.R_FLOW_SEEN, pc.R_FLOW_REPORTED):
+            # time stamps: the two switches started at different times
             out[f"register {name}"] = [i for i, v in enumerate(reg.cells) if v]
         else:
             out[f"register {name}"] = [int(v) for v in reg.cells]

@@ -77,19 +77,22 @@ control NatReverse(inout headers_t hdr, inout local_metadata_t meta) {
     l4_port_t base = 0;
 
     @name(".set_flow_timeout")
-    action set_flow_timeout(flow_ticks_t idle, flow_ticks_t closing) {
+    action set_flow_timeout(flow_ticks_t idle, flow_ticks_t closing, flow_ticks_t report) {
         meta.flow_idle_ticks = idle;
         meta.flow_closing_ticks = closing;
+        meta.flow_report_ticks = report;
     }
 
-    // Per IP protocol: how long a slot lives without packets, and after a FIN or RST.
+    // Per IP protocol: how long a slot lives without packets, and after a FIN or RST; how often
+    // a routed flow without exact entries is reported again.
     @name(".flow_ageing")
     table flow_ageing {
         key = {
             hdr.ipv4.protocol : exact @name("ip_proto");
         }
         actions = { set_flow_timeout; }
-        default_action = set_flow_timeout(FLOW_DEFAULT_IDLE_TICKS, FLOW_DEFAULT_CLOSING_TICKS);
+        default_action = set_flow_timeout(FLOW_DEFAULT_IDLE_TICKS, FLOW_DEFAULT_CLOSING_TICKS,
+                                          FLOW_DEFAULT_REPORT_TICKS);
         size = FLOW_AGEING_TABLE_SIZE;
     }
 
@@ -415,10 +418,11 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             }
             if (want_nat == 0 && !closing_packet) {
                 // A routed flow, still without exact entries: report it again (from a packet of
-                // either direction) once FLOW_REPORT_TICKS have passed since its last report.
+                // either direction) once its protocol's report interval has passed since its
+                // last report.
                 flow_ticks_t reported;
                 flow_reported.read(reported, slot);
-                if (meta.now - reported >= FLOW_REPORT_TICKS) {
+                if (meta.now - reported >= meta.flow_report_ticks) {
                     flow_reported.write(slot, meta.now);
                     meta.send_session_request = 1;
                     meta.dp_session = 1;
