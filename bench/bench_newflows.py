@@ -97,6 +97,10 @@ def active(network: GatewayNetwork) -> int:
     return int(network.api("GET", "/api/v1/status")["sessions"]["active"])
 
 
+def pending(network: GatewayNetwork) -> int:
+    return int(network.api("GET", "/api/v1/status")["events_pending"])
+
+
 def settle(read: Any, quiet: float = 1.0, limit: float = 60.0) -> int:
     """Poll `read` until its value has not changed for `quiet` s."""
     value, since, deadline = read(), time.monotonic(), time.monotonic() + limit
@@ -187,6 +191,9 @@ def one_rate(
     out["packet_ins"] = packet_ins(network) - before_packet_ins
     out["one_flow"] = one_flow
     settle(lambda: active(network), quiet=2.0)  # the 2 s idle timeout empties the tables
+    deadline = time.monotonic() + 300
+    while pending(network) and time.monotonic() < deadline:  # the CPM catches up
+        time.sleep(0.2)
     # the switch reports a loss at most LOSS_REPORT_SECONDS (+ its 1 s wake-up) after the last
     # report: wait that long for the last of this rate
     time.sleep(LOSS_REPORT_SECONDS + 1)
@@ -227,7 +234,11 @@ def main(argv: list[str] | None = None) -> int:
         for key in ["reference", *chosen]:
             name = REFERENCE if key == "reference" else POLICIES[key]
             text = texts["routed" if key == "reference" else key]
-            network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": text})
+            # after a rate the CPM may still be working through refused Writes (a full table):
+            # the apply waits its turn in the CPM's queue
+            network.api(
+                "POST", "/api/v1/policy/apply", json={"path": path, "text": text}, timeout=300.0
+            )
             settle(lambda: active(network), quiet=2.0)
             for rate in rates:
                 if rate * args.seconds + 4096 > MAX_FRAMES:
