@@ -48,6 +48,36 @@ def wait_for_port(
         time.sleep(0.05)
 
 
+def listens_on(pid: int, port: int) -> bool | None:
+    """Whether process `pid` holds a listening TCP socket on `port` (any local address, IPv4 or
+    IPv6): True; False if only other processes listen there; None if /proc cannot tell."""
+    inodes: set[str] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            # local address "ADDR:PORT" in hex, state 0A: LISTEN, inode in the tenth column
+            if len(fields) <= 9 or fields[3] != "0A":
+                continue
+            if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    if not inodes:
+        return None
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return None
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    for fd in fds:
+        with contextlib.suppress(OSError):  # closed meanwhile
+            if os.readlink(fd) in wanted:
+                return True
+    return False
+
+
 def stop_process(process: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
     """SIGTERM, then SIGKILL after `timeout`, by PID (never by name)."""
     if process.poll() is not None:

@@ -14,12 +14,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from opengate.netutil import free_tcp_port, stop_process, wait_for_port
+from opengate.netutil import free_tcp_port, listens_on, stop_process, wait_for_port
 from opengate.target import Target, TargetChoice, select_target
 
 LOG = logging.getLogger(__name__)
 
 CPU_PORT = 255
+PORT_ATTEMPTS = 3  # starts of a switch whose gRPC port another process took first
 
 
 @dataclass(slots=True)
@@ -66,29 +67,47 @@ def start_switch(
     device_id: int = 1,
     ready_timeout: float = 60.0,
 ) -> RunningSwitch:
-    """Start the switch and return once its gRPC port accepts connections."""
+    """Start the switch and return once its gRPC port accepts connections, its own.
+
+    A free port is picked before the switch binds it, so another process may take it between
+    the two: the switch then exits (it could not bind) or, worse, something else answers on the
+    port. Either way the switch is started again on another port (PORT_ATTEMPTS in all)."""
     choice = choice or select_target()
-    port = free_tcp_port()
-    address = f"127.0.0.1:{port}"
-    extra: tuple[str, ...] = ()
-    if choice.target is Target.BMV2 and _bmv2_has_thrift(choice.command[0]):
-        # A BMv2 built with Thrift also opens port 9090 by default; give each instance its own.
-        extra = ("--thrift-port", str(free_tcp_port()))
-    argv = switch_command(choice, ports, address, device_id, extra=extra)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    LOG.info("starting %s: %s", choice.target.value, " ".join(argv))
-    with log_path.open("wb") as log:
-        # Its own session: a Ctrl-C typed at a terminal program (the Mininet CLI) is not for the
-        # switch; whoever started it stops it by PID.
-        process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        wait_for_port("127.0.0.1", port, ready_timeout, process)
-    except BaseException:
-        stop_process(process)
-        raise
-    return RunningSwitch(choice.target, address, process, log_path)
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        port = free_tcp_port()
+        address = f"127.0.0.1:{port}"
+        extra: tuple[str, ...] = ()
+        if choice.target is Target.BMV2 and _bmv2_has_thrift(choice.command[0]):
+            # A BMv2 built with Thrift also opens port 9090 by default; give each its own.
+            extra = ("--thrift-port", str(free_tcp_port()))
+        argv = switch_command(choice, ports, address, device_id, extra=extra)
+        LOG.info("starting %s: %s", choice.target.value, " ".join(argv))
+        with log_path.open("wb") as log:
+            # Its own session: a Ctrl-C typed at a terminal program (the Mininet CLI) is not for
+            # the switch; whoever started it stops it by PID.
+            process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        try:
+            wait_for_port("127.0.0.1", port, ready_timeout, process)
+        except RuntimeError as error:  # it exited before listening
+            stop_process(process)
+            if attempt == PORT_ATTEMPTS:
+                raise
+            LOG.warning("%s; starting it again on another port (see %s)", error, log_path)
+            continue
+        except BaseException:
+            stop_process(process)
+            raise
+        if listens_on(process.pid, port) is False:
+            stop_process(process)
+            if attempt == PORT_ATTEMPTS:
+                raise RuntimeError(f"another process listens on the switch's port {port}")
+            LOG.warning("another process took port %d; starting the switch on another", port)
+            continue
+        return RunningSwitch(choice.target, address, process, log_path)
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager
