@@ -49,7 +49,8 @@ from controller.metrics import Metrics
 from controller.npm import NpmAddress, NpmConnection, Pipeline
 from controller.policy import Policy, load_policy
 from controller.session_encoding import FlowKey
-from controller.sessions import BLOCKED, Session, SessionManager
+from controller.session_model import BLOCKED, Session
+from controller.sessions import SessionManager
 from controller.spm_pool import SpmPool
 from opengate import p4constants as pc
 from opengate.entries import Exact, TableEntry

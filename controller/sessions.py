@@ -27,7 +27,6 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import logging
-import struct
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -42,6 +41,21 @@ from controller.metrics import Metrics
 from controller.npm import NpmConnection, WriteResult
 from controller.policy import Policy
 from controller.session_encoding import FlowKey, SessionEncoder, SessionUpdate
+from controller.session_model import (
+    ACTIVE,
+    BLOCKED,
+    BYPASSED,
+    CLOSING,
+    FIN_ORIGINAL,
+    FIN_REPLY,
+    Session,
+    direction_params,
+    flow_text,
+    parse_flow,
+    partner_key,
+    reply_key,
+    session_from_entries,
+)
 from controller.spm_pool import SpmPool
 from opengate import p4constants as pc
 from opengate.p4rt import update_of
@@ -49,8 +63,6 @@ from opengate.throttled import ThrottledWarning
 
 LOG = logging.getLogger(__name__)
 
-ACTIVE, CLOSING, BLOCKED, BYPASSED = "active", "closing", "blocked", "bypassed"
-FIN_ORIGINAL, FIN_REPLY = 1, 2
 RECENT_LATENCIES = 100_000
 EARLY_CLOSES_KEPT = 65_536  # FIN/RST reports of flows not known yet, at most...
 EARLY_CLOSE_SECONDS = 10.0  # ...and for this long
@@ -60,150 +72,6 @@ GONE = frozenset({rpc_code.NOT_FOUND})  # a delete's expected failure: the entry
 # slot-only session not reported for that + its idle timeout has aged out of its slot; this much
 # more covers the digest's way to the CPM and the tick.
 SLOT_GRACE_SECONDS = 2.0
-
-
-def flow_text(key: FlowKey) -> str:
-    src, dst, proto, sport, dport = key
-    return f"{ipaddress.IPv4Address(src)}:{sport} > {ipaddress.IPv4Address(dst)}:{dport} p{proto}"
-
-
-@dataclass(slots=True, eq=False)
-class Session:
-    id: int
-    npm: str
-    key: FlowKey
-    reply: FlowKey
-    class_id: int
-    spm_port: int
-    spm_mac: int
-    nat_kind: int  # of the original direction: NAT_NONE, NAT_REWRITE_SRC (SNAT), _DST (DNAT)
-    nat_addr: int
-    nat_port: int
-    acl_rule: int
-    ingress_port: int
-    idle_timeout: float
-    created_at: dt.datetime
-    state: str = ACTIVE
-    fins: int = 0
-    close_at: float | None = None
-    # on_demand: a data-plane slot carries the flow and the CPM wrote no entries for it (yet)
-    slot_only: bool = False
-    reported_at: float = 0.0  # monotonic time of its last digest, while slot_only
-
-    @property
-    def steered(self) -> bool:
-        return self.state not in (BLOCKED, BYPASSED) and self.spm_port != 0
-
-    def row(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "npm": self.npm,
-            "src": self.key[0],
-            "dst": self.key[1],
-            "proto": self.key[2],
-            "sport": self.key[3],
-            "dport": self.key[4],
-            "r_src": self.reply[0],
-            "r_dst": self.reply[1],
-            "r_sport": self.reply[3],
-            "r_dport": self.reply[4],
-            "class_id": self.class_id,
-            "spm_port": self.spm_port,
-            "spm_mac": self.spm_mac,
-            "nat_kind": self.nat_kind,
-            "nat_addr": self.nat_addr,
-            "nat_port": self.nat_port,
-            "acl_rule": self.acl_rule,
-            "ingress_port": self.ingress_port,
-            "state": self.state,
-            "idle_timeout": self.idle_timeout,
-            "created_at": self.created_at,
-        }
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Session:
-        key = (row["src"], row["dst"], row["proto"], row["sport"], row["dport"])
-        reply = (row["r_src"], row["r_dst"], row["proto"], row["r_sport"], row["r_dport"])
-        return cls(
-            id=row["id"],
-            npm=row["npm"],
-            key=key,
-            reply=reply,
-            class_id=row["class_id"],
-            spm_port=row["spm_port"],
-            spm_mac=row["spm_mac"],
-            nat_kind=row["nat_kind"],
-            nat_addr=row["nat_addr"],
-            nat_port=row["nat_port"],
-            acl_rule=row["acl_rule"],
-            ingress_port=row["ingress_port"],
-            idle_timeout=row["idle_timeout"],
-            created_at=row["created_at"],
-            state=row["state"] if row["state"] != CLOSING else ACTIVE,
-        )
-
-
-def reply_key(key: FlowKey, nat_kind: int, nat_addr: int, nat_port: int) -> FlowKey:
-    """The reply direction's key: the reverse of the original's tuple after NAT."""
-    src, dst, proto, sport, dport = key
-    if nat_kind == pc.NAT_REWRITE_SRC:
-        src, sport = nat_addr, nat_port
-    elif nat_kind == pc.NAT_REWRITE_DST:
-        dst, dport = nat_addr, nat_port
-    return (dst, src, proto, dport, sport)
-
-
-def direction_params(session: Session) -> tuple[dict[str, int] | None, dict[str, int] | None]:
-    """Action parameters of (original, reply); None: session_block."""
-    if session.state == BLOCKED:
-        return None, None
-    spm_port, spm_mac = (0, 0) if session.state == BYPASSED else (session.spm_port, session.spm_mac)
-    original = {
-        "class_id": session.class_id,
-        "spm_port": spm_port,
-        "spm_mac": spm_mac,
-        "nat_kind": session.nat_kind,
-        "nat_addr": session.nat_addr,
-        "nat_port": session.nat_port,
-        "nat_before_spm": 0,
-    }
-    reply = dict(original)
-    src, dst, _, sport, dport = session.key
-    if session.nat_kind == pc.NAT_REWRITE_SRC:
-        reply.update(nat_kind=pc.NAT_REWRITE_DST, nat_addr=src, nat_port=sport, nat_before_spm=1)
-    elif session.nat_kind == pc.NAT_REWRITE_DST:
-        reply.update(nat_kind=pc.NAT_REWRITE_SRC, nat_addr=dst, nat_port=dport, nat_before_spm=1)
-    return original, reply
-
-
-def parse_flow(frame: bytes) -> FlowKey | None:
-    """The 5-tuple of an Ethernet frame as the pipeline keys it (ICMP echo: identifier as
-    the source port of a request, the destination port of a reply)."""
-    if len(frame) < 14:
-        return None
-    offset = 12
-    ethertype = struct.unpack_from("!H", frame, offset)[0]
-    offset += 2
-    if ethertype == pc.ETHERTYPE_VLAN and len(frame) >= 18:
-        ethertype = struct.unpack_from("!H", frame, offset + 2)[0]
-        offset += 4
-    if ethertype != pc.ETHERTYPE_IPV4 or len(frame) < offset + 20:
-        return None
-    ihl = (frame[offset] & 0x0F) * 4
-    proto = frame[offset + 9]
-    src, dst = struct.unpack_from("!II", frame, offset + 12)
-    l4 = offset + ihl
-    sport = dport = 0
-    if proto in (pc.IP_PROTO_TCP, pc.IP_PROTO_UDP) and len(frame) >= l4 + 4:
-        sport, dport = struct.unpack_from("!HH", frame, l4)
-    elif proto == pc.IP_PROTO_ICMP and len(frame) >= l4 + 6:
-        icmp_type = frame[l4]
-        ident = struct.unpack_from("!H", frame, l4 + 4)[0]
-        if icmp_type == pc.ICMP_ECHO_REQUEST:
-            sport = ident
-        elif icmp_type == pc.ICMP_ECHO_REPLY:
-            dport = ident
-    return (src, dst, proto, sport, dport)
 
 
 @dataclass(slots=True)
@@ -1019,7 +887,7 @@ class SessionManager:
             if key in claimed:
                 continue
             params = encoder.decode_params(entry)
-            partner, original = _partner(key, params)
+            partner, original = partner_key(key, params)
             other = on_switch.get(partner)
             if other is None or partner in claimed:
                 orphans.append(key)
@@ -1029,7 +897,7 @@ class SessionManager:
                 orphans.append(key)
                 continue
             orig_key, orig_params = (key, params) if original else (partner, other_params)
-            session = _session_from_entries(
+            session = session_from_entries(
                 self._new_id(), npm, orig_key, orig_params, entry.idle_timeout_ns, now
             )
             if session.reply != (partner if original else key):
@@ -1048,47 +916,3 @@ class SessionManager:
         self._update_gauges(npm)
         LOG.info("%s: sessions reconciled: %s", npm, report.as_dict())
         return report
-
-
-def _partner(key: FlowKey, params: Mapping[str, int] | None) -> tuple[FlowKey, bool]:
-    """The other direction's key, and whether `key` is the original direction."""
-    if params is None or params["nat_kind"] == pc.NAT_NONE:
-        src, dst, proto, sport, dport = key
-        return (dst, src, proto, dport, sport), True
-    if params["nat_before_spm"] == 0:
-        return reply_key(key, params["nat_kind"], params["nat_addr"], params["nat_port"]), True
-    # A reply entry: its rewrite restores the original's addresses.
-    src, dst, proto, sport, dport = key
-    if params["nat_kind"] == pc.NAT_REWRITE_DST:  # reply of an SNAT session
-        return (params["nat_addr"], src, proto, params["nat_port"], sport), False
-    return (dst, params["nat_addr"], proto, dport, params["nat_port"]), False  # reply of DNAT
-
-
-def _session_from_entries(
-    session_id: int,
-    npm: str,
-    key: FlowKey,
-    params: Mapping[str, int] | None,
-    idle_timeout_ns: int,
-    now: dt.datetime,
-) -> Session:
-    p = params or {}
-    nat_kind = p.get("nat_kind", pc.NAT_NONE)
-    nat_addr, nat_port = p.get("nat_addr", 0), p.get("nat_port", 0)
-    return Session(
-        id=session_id,
-        npm=npm,
-        key=key,
-        reply=reply_key(key, nat_kind, nat_addr, nat_port),
-        class_id=p.get("class_id", 0),
-        spm_port=p.get("spm_port", 0),
-        spm_mac=p.get("spm_mac", 0),
-        nat_kind=nat_kind,
-        nat_addr=nat_addr,
-        nat_port=nat_port,
-        acl_rule=pc.RULE_NONE,
-        ingress_port=0,
-        idle_timeout=idle_timeout_ns / 1e9 if idle_timeout_ns else 60.0,
-        created_at=now,
-        state=BLOCKED if params is None else ACTIVE,
-    )
