@@ -208,7 +208,7 @@ class SessionSettings:
     new_flows_per_source: tuple[int, int] | None = None
     # "always": the CPM installs a data-plane session's exact entries when its digest comes;
     # "on_demand": a routed flow's slot carries it alone until the data plane reports it again
-    # (alive after FLOW_REPORT_TICKS) or the CPM must act on it (block, bypass, re-steer).
+    # (alive after report_interval) or the CPM must act on it (block, bypass, re-steer).
     data_plane_entries: str = "always"
     # seconds after which the data plane reports again a routed flow its slot carries without
     # exact entries (flow_ageing's report interval)

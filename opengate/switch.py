@@ -91,22 +91,18 @@ def start_switch(
             )
         try:
             wait_for_port("127.0.0.1", port, ready_timeout, process)
-        except RuntimeError as error:  # it exited before listening
-            stop_process(process)
-            if attempt == PORT_ATTEMPTS:
-                raise
-            LOG.warning("%s; starting it again on another port (see %s)", error, log_path)
-            continue
+            if listens_on(process.pid, port) is not False:
+                return RunningSwitch(choice.target, address, process, log_path)
+            error = RuntimeError(f"another process listens on the switch's port {port}")
+        except RuntimeError as exited:  # it exited before listening
+            error = exited
         except BaseException:
             stop_process(process)
             raise
-        if listens_on(process.pid, port) is False:
-            stop_process(process)
-            if attempt == PORT_ATTEMPTS:
-                raise RuntimeError(f"another process listens on the switch's port {port}")
-            LOG.warning("another process took port %d; starting the switch on another", port)
-            continue
-        return RunningSwitch(choice.target, address, process, log_path)
+        stop_process(process)
+        if attempt == PORT_ATTEMPTS:
+            raise error
+        LOG.warning("%s; starting the switch again on another port (see %s)", error, log_path)
     raise AssertionError("unreachable")
 
 

@@ -307,7 +307,7 @@ class GatewayNetwork:
             seen: dict[str, Any] = {}
 
             def synced(cpm: Cpm = cpm, seen: dict[str, Any] = seen) -> bool:
-                seen.update(self.api("GET", "/api/v1/status", npm=cpm.npms[0])["npms"])
+                seen.update(self._npm_states(cpm))
                 return all(
                     seen[name]["role"] == "primary" and seen[name]["synced"] for name in cpm.npms
                 )
@@ -316,12 +316,14 @@ class GatewayNetwork:
             try:
                 _wait_until(what, synced, timeout, processes[f"controller{cpm.suffix}"], 0.2)
             except TimeoutError as error:
-                states = {
-                    name: {k: seen[name].get(k) for k in ("role", "synced", "error")}
-                    for name in cpm.npms
-                    if name in seen
-                }
-                raise TimeoutError(f"{error}: {states}") from None
+                raise TimeoutError(f"{error}: {seen}") from None
+
+    def _npm_states(self, cpm: Cpm) -> dict[str, dict[str, Any]]:
+        """A controller's view of its NPMs: each one's role, whether reconciled, its last
+        take-over error and its session count."""
+        npms = self.api("GET", "/api/v1/status", npm=cpm.npms[0])["npms"]
+        keys = ("role", "synced", "error", "sessions")
+        return {name: {k: state.get(k) for k in keys} for name, state in npms.items()}
 
     def diagnosis(self, lines: int = 40) -> str:
         """What a failed test's report shows of the topology: each controller's view of its
@@ -330,12 +332,7 @@ class GatewayNetwork:
         out: list[str] = []
         for cpm in self.cpms:
             try:
-                npms = self.api("GET", "/api/v1/status", npm=cpm.npms[0])["npms"]
-                view = {
-                    name: {k: state.get(k) for k in ("role", "synced", "error", "sessions")}
-                    for name, state in npms.items()
-                }
-                out.append(f"controller{cpm.suffix} status: {view}")
+                out.append(f"controller{cpm.suffix} status: {self._npm_states(cpm)}")
             except (httpx.HTTPError, OSError) as error:
                 out.append(f"controller{cpm.suffix} status: unavailable ({error})")
         for npm in self.spec.npms:
