@@ -87,10 +87,15 @@ def measurement_policy(text: str, udp_idle: int = 2) -> str:
     return out
 
 
-def installed(network: GatewayNetwork) -> int:
-    """Sessions the CPM made: installed, or recorded without entries (a slot carries them)."""
+def session_counts(network: GatewayNetwork) -> tuple[int, int]:
+    """Sessions the CPM made: (installed with exact entries, recorded without them: a slot
+    carries them)."""
     sessions = network.api("GET", "/api/v1/status")["sessions"]
-    return int(sessions["installed"]) + int(sessions["slot_only"])
+    return int(sessions["installed"]), int(sessions["slot_only"])
+
+
+def installed(network: GatewayNetwork) -> int:
+    return sum(session_counts(network))
 
 
 def active(network: GatewayNetwork) -> int:
@@ -175,7 +180,8 @@ def one_rate(
     write_frames(frames, flood_frames(network.spec, count, phase))
     log = repo_root() / "run" / "bench-newflows" / "npm1.log"
     before_losses = switch_losses(log)
-    before_drops, before_installed = drops(network), installed(network)
+    before_drops, before_counts = drops(network), session_counts(network)
+    before_installed = sum(before_counts)
     before_arrived, before_packet_ins = arrived(network), packet_ins(network)
     result = network.run(
         "h2", f"{binary()} h2-eth0 {frames} {rate} {seconds}", timeout=seconds + 60
@@ -186,6 +192,7 @@ def one_rate(
     # The sessions first: a packet the CPM sets up arrives only after its Write (a quiet second
     # of arrivals while the CPM works through a backlog is not the end).
     out["installed"] = settle(lambda: installed(network), quiet=2.0) - before_installed
+    out["with_entries"] = session_counts(network)[0] - before_counts[0]
     out["received"] = settle(lambda: arrived(network), quiet=1.0) - before_arrived
     out["drops"] = drops_since(network, before_drops)
     out["packet_ins"] = packet_ins(network) - before_packet_ins
@@ -254,14 +261,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.udp_idle} s\n"
     )
     print(
-        "| sessions made by | offered flows/s | sent | arrived | sessions | lost "
-        "| of them via the CPM (packet-ins) | NPM drops | switch ring drops (receive / digest) |"
+        "| sessions made by | offered flows/s | sent | arrived | sessions | of them with exact "
+        "entries | lost | of them via the CPM (packet-ins) | NPM drops "
+        "| switch ring drops (receive / digest) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for name, rate, r in rows:
         dropped = ", ".join(f"{k} {v}" for k, v in sorted(r["drops"].items())) or "none"
         print(
-            f"| {name} | {rate} | {r['sent']} | {r['received']} | {r['installed']} | {lost(r)} "
+            f"| {name} | {rate} | {r['sent']} | {r['received']} | {r['installed']} "
+            f"| {r['with_entries']} | {lost(r)} "
             f"| {r['packet_ins']} | {dropped} | {r['ring']} / {r['digests']} |"
         )
     best: dict[str, int] = {}

@@ -32,6 +32,7 @@ SOURCE = r"""
 #include <sys/socket.h>
 #include <time.h>
 #define B 32
+#define MAX_FRAMES (1u << 19)
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -42,12 +43,12 @@ int main(int argc, char **argv) {
     if (argc != 5) return 2;
     FILE *in = fopen(argv[2], "rb");
     if (!in) { perror(argv[2]); return 1; }
-    static unsigned char data[64 << 20];
-    static uint32_t off[1 << 18], len[1 << 18];
+    static unsigned char data[128 << 20];
+    static uint32_t off[MAX_FRAMES], len[MAX_FRAMES];
     size_t used = 0;
     unsigned n = 0;
     uint32_t l;
-    while (n < (1u << 18) && fread(&l, 4, 1, in) == 1) {
+    while (n < MAX_FRAMES && fread(&l, 4, 1, in) == 1) {
         if (used + l > sizeof data || fread(data + used, 1, l, in) != l) break;
         off[n] = (uint32_t)used; len[n] = l; used += l; n++;
     }
@@ -102,7 +103,7 @@ int main(int argc, char **argv) {
 """
 
 # frames the sender reads from its file (its arrays' size)
-MAX_FRAMES = 1 << 18
+MAX_FRAMES = 1 << 19  # the C sender's MAX_FRAMES
 _BINARIES: dict[str, Path] = {}
 
 

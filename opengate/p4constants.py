@@ -248,14 +248,14 @@ METER_SIZES: dict[str, int] = {
 }
 # Declared register sizes (cells) of the v1model build.
 REGISTER_SIZES: dict[str, int] = {
-    "flow_key_dst": 65536,
-    "flow_key_ports": 65536,
-    "flow_key_src": 65536,
+    "flow_key_dst": 524288,
+    "flow_key_ports": 524288,
+    "flow_key_src": 524288,
     "flow_nat": 16384,
-    "flow_reported": 65536,
-    "flow_seen": 65536,
-    "flow_spm": 65536,
-    "flow_state": 65536,
+    "flow_reported": 524288,
+    "flow_seen": 524288,
+    "flow_spm": 524288,
+    "flow_state": 524288,
 }
 
 # Controller packet metadata fields.

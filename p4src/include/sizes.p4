@@ -34,7 +34,7 @@
 #define NAT_TABLE_SIZE            1024
 #define ARP_TABLE_SIZE            256
 #define PORT_COUNTER_SIZE         512
-#define FLOW_SLOTS                65536
+#define FLOW_SLOTS                524288
 #define FLOW_AGEING_TABLE_SIZE    256
 #define CPU_SOURCE_METERS         4096
 #define NEW_FLOW_METERS           4096

@@ -239,17 +239,20 @@ class InspectedForwardSeenAsItArrived(DataPlaneForwardTest):
 
 
 class FullCandidatesUndoTheForward(DataPlaneForwardTest):
-    """Three forwarded flows whose keys hash alike (client ports and public ports that XOR to the
-    same value): two take the two candidate slots, the third is undone and goes to the
-    controller exactly as it arrived (packet-in, counted); nothing of it leaves."""
+    """Three forwarded flows whose keys hash alike (client and public ports with the same XOR
+    and the same sum: a bit only one of them has moves to the other): two take the two candidate
+    slots, the third is undone and goes to the controller exactly as it arrived (packet-in,
+    counted); nothing of it leaves."""
 
     def runTest(self) -> None:
         self.classify_everything()
-        for n in range(3):
-            self.forward_in_data_plane(pc.IP_PROTO_TCP, PUBLIC_PORT + n, TARGET_PORT + n)
-        for n in range(2):
-            self.opened_forward(from_client(50000 + n, PUBLIC_PORT + n), TARGET_PORT + n)
-        third = from_client(50002, PUBLIC_PORT + 2)
+        pairs = [(50000, PUBLIC_PORT), (50000 + 128, PUBLIC_PORT - 128)]  # bit 7: 8080's alone
+        pairs.append((50000 + 1024, PUBLIC_PORT - 1024))  # bit 10: 8080's alone
+        for n, (_, public) in enumerate(pairs):
+            self.forward_in_data_plane(pc.IP_PROTO_TCP, public, TARGET_PORT + n)
+        for n, (client, public) in enumerate(pairs[:2]):
+            self.opened_forward(from_client(client, public), TARGET_PORT + n)
+        third = from_client(*pairs[2])
         testutils.send_packet(self, OUTSIDE, bytes(third))
         packet_in = self.client.get_packet_in(timeout=5)
         self.assertIsNotNone(packet_in, "no packet-in for the forward with no free slot")

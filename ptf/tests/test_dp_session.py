@@ -40,10 +40,11 @@ from opengate_test import (
 )
 
 INSPECTED = 3
-# Flows whose addresses differ by the same bits on both ends have the same direction-agnostic key
-# (src ^ dst: 10 ^ 20 = 11 ^ 21 = 12 ^ 18), hence the same two candidate slots: real collisions.
-HOST_IN_ALT = "10.0.1.11"
-HOST_OUT_ALT = "198.51.100.21"
+# Flows whose addresses swap bits that only one end has set have the same direction-agnostic key
+# (src ^ dst and src + dst: 10 ^ 20 = 14 ^ 16 = 12 ^ 18 and 10 + 20 = 14 + 16 = 12 + 18), hence
+# the same two candidate slots: real collisions.
+HOST_IN_ALT = "10.0.1.14"
+HOST_OUT_ALT = "198.51.100.16"
 HOST_IN_THIRD = "10.0.1.12"
 HOST_OUT_THIRD = "198.51.100.18"
 # How often a routed flow without exact entries is reported again, at most (flow_ageing's

@@ -1,8 +1,8 @@
 // Step 5: sessions made by the data plane, and what to do with a packet that has no session.
 //
 // Data-plane sessions (where the shell defines OG_DP_SESSIONS): a table of FLOW_SLOTS slots in
-// registers. Two hashes (crc32, crc16) of the direction-agnostic flow key (the XORs Steering
-// computes) give each flow two candidate slots, the same for both directions; a flow lives in
+// registers. Two hashes (crc32 of the key's fields in two orders) of the direction-agnostic flow
+// key (the XORs Steering computes) give each flow two candidate slots, the same for both directions; a flow lives in
 // either, and a new flow takes the first one no live flow holds. A slot holds the flow's full 5-tuple as its
 // first packet arrived (never a fingerprint: a slot admits only its own flow, in either
 // direction), its state word (protocol, flags, IDS class), its SPM and the time it was last seen.
@@ -307,7 +307,12 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             want_nat = FLOW_STATE_DNAT;
         }
         // Two candidate slots (two hashes of the same key): a flow lives in either, a new flow
-        // takes the first free one, so a collision needs both taken by live flows.
+        // takes the first free one, so a collision needs both taken by live flows. The key is
+        // the same for both directions: the XORs and the sums of the addresses and of the ports
+        // (the XORs alone give every (a ^ x, b ^ x) the slots of (a, b): a client's flows to
+        // neighbouring ports shared slots).
+        bit<32> addr_sum = k_src + k_dst;
+        l4_port_t port_sum = k_sport + k_dport;
         flow_slot_t slot0 = 0;
         flow_slot_t slot1 = 0;
         bit<32> state0 = 0;
@@ -324,10 +329,12 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             slot1 = meta.dp_nat_slot;
         } else if (eligible || returned_nat) {
             hash(slot0, HashAlgorithm.crc32, 32w0,
-                 { addr_mix, hdr.ipv4.protocol, port_mix },
+                 { addr_mix, addr_sum, hdr.ipv4.protocol, port_mix, port_sum },
                  (bit<32>)FLOW_SLOTS);
-            hash(slot1, HashAlgorithm.crc16, 32w0,
-                 { addr_mix, hdr.ipv4.protocol, port_mix },
+            // The second: crc32 of the same fields in another order (crc16's 16 bits would
+            // reach only the first 65,536 slots).
+            hash(slot1, HashAlgorithm.crc32, 32w0,
+                 { port_sum, port_mix, hdr.ipv4.protocol, addr_sum, addr_mix },
                  (bit<32>)FLOW_SLOTS);
             if (nat_flow) {
                 slot0 = slot0 & (NAT_DP_SLOTS - 1);
