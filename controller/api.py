@@ -168,10 +168,17 @@ def create_app(controller: Controller, token: str, console: Console | None = Non
     ) -> dict[str, Any]:
         controller.db_writer.flush()  # what the switch holds, the DB has too
         rows = controller.db.sessions(npm=npm, limit=limit, offset=offset)
-        return {
-            "total": controller.db.session_count(npm),
-            "sessions": [session_view(r) for r in rows],
-        }
+        manager = controller.sessions
+        known = manager.sessions if manager is not None else {}
+        views = []
+        for row in rows:
+            view = session_view(row)
+            # Whether the switch holds the session's exact entries, or only its data-plane slot
+            # (`data_plane_entries: on_demand`); None: not in this controller's memory.
+            session = known.get(row["id"])
+            view["entries"] = None if session is None else not session.slot_only
+            views.append(view)
+        return {"total": controller.db.session_count(npm), "sessions": views}
 
     @app.delete(f"{API}/sessions/{{session_id}}", summary="Remove a session (both directions)")
     def delete_session(session_id: int) -> dict[str, Any]:

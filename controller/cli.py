@@ -385,10 +385,12 @@ def _sessions(args: argparse.Namespace) -> int:
                     str(s["spm_port"] or "-"),
                     nat,
                     s["state"],
+                    {True: "exact", False: "slot"}.get(s.get("entries"), "-"),
                 ]
             )
         _table(
-            rows, ["ID", "NPM", "PROTO", "SOURCE", "DESTINATION", "CLASS", "SPM", "NAT", "STATE"]
+            rows,
+            ["ID", "NPM", "PROTO", "SOURCE", "DESTINATION", "CLASS", "SPM", "NAT", "STATE", "IN"],
         )
         print(f"({len(rows)} of {data['total']})")
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
+
+from controller.api import ApiServer
 from controller.runtime import Controller
 from controller.sessions import SLOT_GRACE_SECONDS
 from opengate import p4constants as pc
@@ -136,3 +139,26 @@ def test_flows_no_slot_carries_and_nat_flows_are_installed_at_once(
     wait_until("four entries", lambda: len(session_entries(switch)) == 4)
     counts = stats(controller)
     assert (counts["installed"], counts["slot_only"]) == (2, 0)
+
+
+def test_the_api_says_which_sessions_have_entries(
+    switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
+) -> None:
+    """`GET /api/v1/sessions` gives each session's `entries`: false for one its slot alone
+    carries, true for one installed (here a collision's flow)."""
+    controller = make_controller(switch, policy=on_demand(lab))
+    other = key(H1, OUT1, pc.IP_PROTO_TCP, 40001, 80)
+    assert switch.inject_digest(
+        pc.D_SESSION_REQUEST_T, [{**request(FLOW), "dp_session": 1}, request(other)]
+    )
+    wait_until("both sessions", lambda: len(db_sessions(controller)) == 2)
+    api = ApiServer(controller, "127.0.0.1", 0, "t0ken")
+    api.start()
+    try:
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{api.port}", headers={"Authorization": "Bearer t0ken"}
+        ) as client:
+            rows = client.get("/api/v1/sessions").json()["sessions"]
+    finally:
+        api.stop()
+    assert sorted((r["sport"], r["entries"]) for r in rows) == [(40000, False), (40001, True)]

@@ -126,3 +126,16 @@ def test_entries_on_demand_short_flows_recorded_long_ones_installed(
 
     wait_for("the ping's session to get its entries", promoted)
     assert flow_events(gateway, pc.FLOW_EVENT_REPORTED) > reported
+    # The API says which sessions the switch holds entries for: one echo more (a new ICMP
+    # flow, recorded only) beside the long ping (installed); ICMP idles after 30 s.
+    one = gateway.run("h1", f"ping -c 1 -W 2 {OUT1}", timeout=30)
+    assert one.returncode == 0, one.output
+
+    def icmp_entries() -> list[str]:
+        rows = gateway.api("GET", "/api/v1/sessions", params={"limit": 100_000})["sessions"]
+        return sorted(str(r["entries"]) for r in rows if r["proto"] == pc.IP_PROTO_ICMP)
+
+    wait_for(
+        "the API to list both pings, one with entries",
+        lambda: icmp_entries() == ["False", "True"],
+    )
