@@ -131,9 +131,32 @@ class DigestState:
     next_list_id: int = 1
 
 
+# Messages a stream holds for a controller that does not read them, beyond which new digest
+# lists and packet-ins are dropped and counted rather than held in memory without bound (a flood
+# towards a stalled controller). Idle-timeout notifications are never dropped (an entry is
+# reported once per idle period, so the table's size bounds them, and a lost one would leave its
+# entry installed for good); nor are the stream's own answers.
+STREAM_BACKLOG = 4096
+NOTIFICATIONS = ("digest samples", "packet-ins")
+
+
 @dataclass(slots=True, eq=False)
 class Stream:
     election_id: int | None = None
     role: str = ""
     # messages, or messages already encoded (digest lists: digest_list_message)
     out: queue.Queue[p4r.StreamMessageResponse | bytes | None] = field(default_factory=queue.Queue)
+    # what the backlog bound dropped: digest samples, packet-ins
+    dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(NOTIFICATIONS, 0))
+
+    def full(self) -> bool:
+        return self.out.qsize() >= STREAM_BACKLOG
+
+    def notify(self, kind: str, message: p4r.StreamMessageResponse | bytes, count: int = 1) -> bool:
+        """Queue a notification of `kind` (NOTIFICATIONS) unless the backlog is full; a dropped
+        one counts `count` (a digest list: its samples)."""
+        if self.full():
+            self.dropped[kind] += count
+            return False
+        self.out.put(message)
+        return True

@@ -24,7 +24,9 @@ from softswitch.native import make_dataplane
 from softswitch.p4info_map import PacketMetadataInfo, build_map
 from softswitch.p4rt_common import (
     DETAILS_KEY,
+    NOTIFICATIONS,
     READ_BATCH,
+    STREAM_BACKLOG,
     Code,
     DigestState,
     P4RTError,
@@ -42,6 +44,7 @@ from softswitch.program import load_json_bytes
 from softswitch.switch import Switch
 
 LOG = logging.getLogger(__name__)
+DROP_REPORT_SECONDS = 5.0  # a warning of the stream backlog's drops at most this often
 
 
 # ---------------------------------------------------------------------------- the service
@@ -410,7 +413,7 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
                 )
             frame = frame[nbytes:]
         msg.packet.payload = frame
-        primary.out.put(msg)
+        primary.notify("packet-ins", msg)
 
     # ------------------------------------------------------------------ digests
     def _digest_sample(self, learn_id: int, values: tuple[int, ...]) -> None:
@@ -449,6 +452,9 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
         samples, state.pending = list(state.pending), {}
         if primary is None or not samples:
             return
+        if primary.full():  # the controller does not keep up: dropped, counted, not suppressed
+            primary.dropped["digest samples"] += len(samples)
+            return
         list_id = state.next_list_id
         state.next_list_id += 1
         if state.config.ack_timeout_ns:
@@ -480,8 +486,27 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
                     with pipe.dataplane.lock:
                         self._digest_timers()
                         self._idle_timeouts(pipe)
+                    self._report_backlog_drops()
             except Exception:
                 LOG.exception("timer loop")
+
+    _drops_reported: tuple[int, ...] = ()
+    _drops_reported_at = 0.0
+
+    def _report_backlog_drops(self) -> None:
+        """A warning, at most every DROP_REPORT_SECONDS, when the backlog bound dropped more."""
+        now = time.monotonic()
+        if now - self._drops_reported_at < DROP_REPORT_SECONDS:
+            return
+        totals = tuple(sum(s.dropped[k] for s in self.streams) for k in NOTIFICATIONS)
+        if totals != self._drops_reported and any(totals):
+            self._drops_reported, self._drops_reported_at = totals, now
+            lost = ", ".join(f"{n} {k}" for k, n in zip(NOTIFICATIONS, totals, strict=True))
+            LOG.warning(
+                "the primary controller's stream held %d messages: dropped so far %s",
+                STREAM_BACKLOG,
+                lost,
+            )
 
     def _digest_timers(self) -> None:
         now = time.monotonic_ns()

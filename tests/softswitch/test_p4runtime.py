@@ -17,6 +17,7 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 
 from opengate.p4rt import P4RuntimeClient
+from softswitch import p4rt_common
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.switch import Switch
 from tests.softswitch.conftest import FIXTURES
@@ -359,6 +360,44 @@ def test_digest_list_ack_and_suppression(client: Client, switch_server: Any) -> 
         except queue.Empty:
             continue
     assert [m.bitstring for m in again.data[0].struct.members][1] == b"\x03\xe7"
+
+
+def test_a_stalled_controller_s_stream_holds_a_bounded_backlog(
+    client: Client, switch_server: Any, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """A primary that reads nothing: its stream keeps STREAM_BACKLOG messages; further digest
+    lists and packet-ins are dropped, counted and warned of; a dropped sample is not
+    suppressed (it is sent when it comes again and there is room)."""
+    sw, server, _ = switch_server
+    monkeypatch.setattr(p4rt_common, "STREAM_BACKLOG", 8)
+    i = ids(set_pipeline(client))
+    de = p4r.DigestEntry(digest_id=i["learn_t"])
+    de.config.max_list_size = 1
+    de.config.ack_timeout_ns = 10_000_000_000
+    client.write(insert(p4r.Entity(digest_entry=de)))
+    te = p4r.TableEntry(table_id=i["MyIngress.acl"], priority=1)
+    te.action.action.action_id = i["MyIngress.learn"]
+    client.write(insert(p4r.Entity(table_entry=te)))
+    stalled = p4rt_common.Stream(election_id=1 << 60)  # the primary now; nobody reads it
+    with server.service.lock:
+        server.service.streams.append(stalled)
+    for sport in range(1000, 1012):
+        sw.receive(4, frame(sport=sport))
+    for _ in range(3):
+        sw.packet_in(b"\x00" * 64)
+    assert stalled.out.qsize() == 8
+    assert stalled.dropped == {"digest samples": 4, "packet-ins": 3}
+    stalled.out.get_nowait()
+    sw.receive(4, frame(sport=1011))  # dropped before, not suppressed: queued now
+    assert stalled.out.qsize() == 8 and stalled.dropped["digest samples"] == 4
+    with caplog.at_level("WARNING", logger="softswitch.p4runtime_server"):
+        for _ in range(200):
+            if "dropped so far 4 digest samples, 3 packet-ins" in caplog.text:
+                break
+            threading.Event().wait(0.02)
+    assert "dropped so far 4 digest samples, 3 packet-ins" in caplog.text
+    with server.service.lock:
+        server.service.streams.remove(stalled)
 
 
 def test_idle_timeout_notification_and_counters(client: Client, switch_server: Any) -> None:
