@@ -279,8 +279,10 @@ def test_opengate_commands_print_what_opengate_prints(consoles: Consoles) -> Non
 
     sessions = wait_for("the curl's session in `sessions`", listed)
     assert sessions[0].split() == [
-        "ID", "NPM", "PROTO", "SOURCE", "DESTINATION", "CLASS", "SPM", "NAT", "STATE",
+        "ID", "NPM", "PROTO", "SOURCE", "DESTINATION", "CLASS", "SPM", "NAT", "STATE", "IN",
     ]  # fmt: skip
+    # a masqueraded session: its exact entries are installed
+    assert next(row for row in sessions if web.search(row)).split()[-1] == "exact", sessions
     assert re.fullmatch(r"\(\d+ of \d+\)", sessions[-1]), sessions
     spms = lines(console.command("spms"))
     assert spms[0].split() == ["SPM", "PORT", "STATUS", "WEIGHT", "CPU%", "QUEUE", "FLOWS"]

@@ -330,8 +330,9 @@ def test_backup_controller_cannot_write_and_primary_moves(
     channel.close()
 
 
-def test_digest_list_ack_and_suppression(client: Client, switch_server: Any) -> None:
-    sw, _, _ = switch_server
+def learning_pipeline(client: Client) -> dict[str, int]:
+    """The l3 program, every packet learnt (acl -> learn), digest lists of one sample whose
+    suppression lasts 10 s unless acked; its ids."""
     i = ids(set_pipeline(client))
     de = p4r.DigestEntry(digest_id=i["learn_t"])
     de.config.max_list_size = 1
@@ -340,6 +341,12 @@ def test_digest_list_ack_and_suppression(client: Client, switch_server: Any) -> 
     te = p4r.TableEntry(table_id=i["MyIngress.acl"], priority=1)
     te.action.action.action_id = i["MyIngress.learn"]
     client.write(insert(p4r.Entity(table_entry=te)))
+    return i
+
+
+def test_digest_list_ack_and_suppression(client: Client, switch_server: Any) -> None:
+    sw, _, _ = switch_server
+    i = learning_pipeline(client)
     sw.receive(4, frame(sport=999))
     dl = client.next("digest")
     assert dl.digest_id == i["learn_t"]
@@ -370,14 +377,7 @@ def test_a_stalled_controller_s_stream_holds_a_bounded_backlog(
     suppressed (it is sent when it comes again and there is room)."""
     sw, server, _ = switch_server
     monkeypatch.setattr(p4rt_common, "STREAM_BACKLOG", 8)
-    i = ids(set_pipeline(client))
-    de = p4r.DigestEntry(digest_id=i["learn_t"])
-    de.config.max_list_size = 1
-    de.config.ack_timeout_ns = 10_000_000_000
-    client.write(insert(p4r.Entity(digest_entry=de)))
-    te = p4r.TableEntry(table_id=i["MyIngress.acl"], priority=1)
-    te.action.action.action_id = i["MyIngress.learn"]
-    client.write(insert(p4r.Entity(table_entry=te)))
+    learning_pipeline(client)
     stalled = p4rt_common.Stream(election_id=1 << 60)  # the primary now; nobody reads it
     with server.service.lock:
         server.service.streams.append(stalled)
