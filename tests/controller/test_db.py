@@ -97,7 +97,8 @@ def test_database_round_trips(db_url: str) -> None:
             (second, "applied"),
             (first, "superseded"),
         ]
-        db.insert_sessions([_row(i) for i in range(1, 1001)])
+        rows = [_row(i) for i in range(1, 1001)]
+        db.insert_sessions(rows)
         assert db.session_count() == 1000 and db.max_session_id() == 1000
         (big,) = db.sessions(limit=1)
         assert (big["src"], big["spm_mac"], big["acl_rule"]) == (
@@ -105,6 +106,12 @@ def test_database_round_trips(db_url: str) -> None:
             0xFFFFFFFFFFFF,
             pc.RULE_NONE,
         )
+        # every column reads back as written (the time as UTC: SQLite keeps no zone)
+        written = rows[0]["created_at"]
+        assert isinstance(written, dt.datetime)
+        read = big.pop("created_at")
+        assert read.replace(tzinfo=read.tzinfo or dt.UTC) == written
+        assert big == {k: v for k, v in rows[0].items() if k != "created_at"}
         db.update_sessions([{"id": 1, "state": "blocked"}])
         db.delete_sessions(range(2, 1001))
         assert [(r["id"], r["state"]) for r in db.sessions()] == [(1, "blocked")]
