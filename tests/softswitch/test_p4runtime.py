@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -330,13 +331,13 @@ def test_backup_controller_cannot_write_and_primary_moves(
     channel.close()
 
 
-def learning_pipeline(client: Client) -> dict[str, int]:
+def learning_pipeline(client: Client, ack_timeout_ns: int = 10_000_000_000) -> dict[str, int]:
     """The l3 program, every packet learnt (acl -> learn), digest lists of one sample whose
-    suppression lasts 10 s unless acked; its ids."""
+    suppression lasts `ack_timeout_ns` unless acked; its ids."""
     i = ids(set_pipeline(client))
     de = p4r.DigestEntry(digest_id=i["learn_t"])
     de.config.max_list_size = 1
-    de.config.ack_timeout_ns = 10_000_000_000
+    de.config.ack_timeout_ns = ack_timeout_ns
     client.write(insert(p4r.Entity(digest_entry=de)))
     te = p4r.TableEntry(table_id=i["MyIngress.acl"], priority=1)
     te.action.action.action_id = i["MyIngress.learn"]
@@ -367,6 +368,35 @@ def test_digest_list_ack_and_suppression(client: Client, switch_server: Any) -> 
         except queue.Empty:
             continue
     assert [m.bitstring for m in again.data[0].struct.members][1] == b"\x03\xe7"
+
+
+def test_an_unacked_sample_is_sent_again_once_its_ack_timeout_passes(
+    client: Client, switch_server: Any
+) -> None:
+    """Suppression ends with the ack timeout, in the order the samples went out: three samples
+    sent 0.3 s apart, none acked; each comes again only once its own timeout (0.5 s) passed."""
+    sw, _, _ = switch_server
+    learning_pipeline(client, ack_timeout_ns=500_000_000)
+    sent_at = {}
+    for sport in (1000, 1001, 1002):
+        sent_at[sport] = time.monotonic()  # before the switch sends it
+        sw.receive(4, frame(sport=sport))
+        client.next("digest")
+        time.sleep(0.3)  # the condition under test is time itself
+    again: dict[int, float] = {}
+    deadline = time.monotonic() + 5
+    while len(again) < 3 and time.monotonic() < deadline:
+        for sport in sent_at.keys() - again.keys():
+            sw.receive(4, frame(sport=sport))
+        try:
+            dl = client.next("digest", timeout=0.02)
+        except queue.Empty:
+            continue
+        sport = int.from_bytes(dl.data[0].struct.members[1].bitstring, "big")
+        again.setdefault(sport, time.monotonic())
+    assert sorted(again) == [1000, 1001, 1002], again
+    for sport, at in again.items():
+        assert at - sent_at[sport] >= 0.5, (sport, at - sent_at[sport])
 
 
 def test_a_stalled_controller_s_stream_holds_a_bounded_backlog(
