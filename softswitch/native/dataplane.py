@@ -39,6 +39,8 @@ P4DataDigestSink = Callable[[list[tuple[int, bytes]]], None]
 Emit = Callable[[int, bytes], None]
 MAX_FRAME = 65536 + 1024
 DIGEST_BATCH = 256  # digests taken from C per call
+# The slow path's wait for its eventfd; the wake-up is what normally ends it (a safety net).
+UPCALL_WAIT_SECONDS = 1.0
 DIGEST_FIELDS = 32  # OG_DIGEST_MAX_FIELDS (og_rt.h)
 DIGEST_P4DATA_MAX = 3 + DIGEST_FIELDS * 12  # OG_DIGEST_P4DATA_MAX (og_dp.c): one encoded sample
 
@@ -574,22 +576,31 @@ class NativeDataplane:
         port = ct.c_uint32()
         report = LossReport()
         while True:
-            ready, _, _ = select.select([fd, stop_r], [], [], 1.0)
+            ready, _, _ = select.select([fd, stop_r], [], [], UPCALL_WAIT_SECONDS)
             if stop_r in ready:
                 return
-            self.drain_digests()
+            self.serve_slow_path(buf, port)
             warning = report.check(self.io_stats(), time.monotonic())
             if warning is not None:
                 LOG.warning("%s", warning)
-            while True:
-                n = self.lib.og_io_pop_upcall(self._io, ct.byref(port), buf, MAX_FRAME)
-                if n < 0:
-                    break
-                if self.emit is not None:
-                    try:
-                        self.emit(int(port.value), buf.raw[:n])
-                    except Exception:
-                        LOG.exception("slow-path frame for port %d", port.value)
+
+    def serve_slow_path(self, buf: ct.Array[ct.c_char], port: ct.c_uint32) -> None:
+        """One wake-up's work: every slow-path frame, then every digest, in that order. Both
+        rings wake the one eventfd, which og_io_pop_upcall clears once the frames' ring is
+        empty. A digest pushed before that clear has had its wake-up eaten: the drain after it
+        takes it; one pushed after the drain finds the digest ring empty and writes the eventfd
+        again. (Digests first lost such wake-ups: the ring was then drained only by the wait's
+        1 s timeout, so above 65,536 digests a second it overflowed.)"""
+        while True:
+            n = self.lib.og_io_pop_upcall(self._io, ct.byref(port), buf, MAX_FRAME)
+            if n < 0:
+                break
+            if self.emit is not None:
+                try:
+                    self.emit(int(port.value), buf.raw[:n])
+                except Exception:
+                    LOG.exception("slow-path frame for port %d", port.value)
+        self.drain_digests()
 
     def io_stats(self) -> dict[str, int]:
         """The port layer's counters (og_io_stats) and the digests lost, since the ports

@@ -1,0 +1,106 @@
+"""The native slow path's one wake-up for two rings: a digest whose wake-up a slow-path frame's
+read took is still delivered at once (in process, on a veth pair)."""
+
+from __future__ import annotations
+
+import ctypes as ct
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+from finsy.proto import p4r, p4r_grpc, rpc_code
+
+from softswitch.native import dataplane as native_dataplane
+from softswitch.native.build import compiler
+from softswitch.p4runtime_server import P4RuntimeServer
+from softswitch.ports import Ports
+from softswitch.switch import Switch
+from tests.softswitch.test_p4runtime import Client, frame, ids, insert, route_entry, set_pipeline
+
+pytestmark = [
+    pytest.mark.needs_root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for veth pairs and raw sockets"),
+    pytest.mark.skipif(compiler() is None, reason="needs a C compiler (cc) for the native path"),
+]
+
+INSIDE, OUTSIDE = "sswk-a0", "sswk-a1"
+NO_INTERFACE = 9  # the route's port: no interface, so its frames go up to Python
+PUSHED = (0x0A000063, 4242, 1)  # the digest pushed while the frame is taken up
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def veth() -> Iterator[None]:
+    subprocess.run(["ip", "link", "del", INSIDE], capture_output=True, check=False)
+    try:
+        _ip("link", "add", INSIDE, "type", "veth", "peer", "name", OUTSIDE)
+        for name in (INSIDE, OUTSIDE):
+            # no IPv6: the kernel's own frames (router solicitations) would wake the slow path
+            subprocess.run(
+                ["sysctl", "-qw", f"net.ipv6.conf.{name}.disable_ipv6=1"],
+                capture_output=True,
+                check=False,
+            )
+            _ip("link", "set", name, "up")
+        yield
+    finally:
+        subprocess.run(["ip", "link", "del", INSIDE], capture_output=True, check=False)
+
+
+def test_a_digest_pushed_while_a_frame_is_taken_up_is_delivered(
+    veth: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The frame's read clears the eventfd both rings share; a digest pushed just before that
+    (here: from the frame's own hand-over to Python, without a wake-up of its own) must be
+    drained in the same round. Only wake-ups drive the slow path here (its safety-net wait is
+    an hour), so a lost one fails the test instead of waiting a second."""
+    monkeypatch.setattr(native_dataplane, "UPCALL_WAIT_SECONDS", 3600.0)
+    sw = Switch(device_id=1, cpu_port=255)
+    ports = Ports({1: INSIDE})
+    sw.transmit = ports.transmit
+    sw.ports = ports
+    ports.start(sw.receive)
+    server = P4RuntimeServer(sw, "127.0.0.1:0", engine="native")
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    client = Client(p4r_grpc.P4RuntimeStub(channel), election=10)
+    taken_up: list[int] = []
+
+    def hand_over(port: int, data: bytes) -> None:
+        taken_up.append(port)
+        if port != NO_INTERFACE:
+            return
+        dp: Any = sw.dataplane
+        learn_id = next(iter(server.service.pipeline.map.digest_of_learn))  # type: ignore[union-attr]
+        values = (ct.c_uint64 * len(PUSHED))(*PUSHED)
+        dp.lib.og_dp_push_digest(dp.dp, learn_id, len(PUSHED), values)
+
+    sw.emit = hand_over  # type: ignore[method-assign,assignment]
+    try:
+        assert client.open().status.code == rpc_code.OK
+        i = ids(set_pipeline(client))
+        assert sw.dataplane is not None and sw.dataplane.native and sw.dataplane.owns_ports
+        de = p4r.DigestEntry(digest_id=i["learn_t"])
+        de.config.max_list_size = 1
+        client.write(insert(p4r.Entity(digest_entry=de)))
+        client.write(insert(p4r.Entity(table_entry=route_entry(i, b"\x0a\0\0\0", 8, NO_INTERFACE))))
+        with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as peer:
+            peer.bind((OUTSIDE, 0))
+            peer.send(frame())
+        digest = client.next("digest", timeout=10)
+        members = [int.from_bytes(m.bitstring, "big") for m in digest.data[0].struct.members]
+        assert tuple(members) == PUSHED
+        assert taken_up == [NO_INTERFACE]  # nothing else woke the slow path
+    finally:
+        client.close()
+        channel.close()
+        server.stop()
+        sw.set_dataplane(None)
+        ports.close()
