@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +47,29 @@ def make_dataplane(request: pytest.FixtureRequest) -> Iterator[Callable[..., Dat
     yield make
     for dp in made:
         dp.close()
+
+
+@contextmanager
+def veth_pairs(pairs: list[tuple[str, str]]) -> Iterator[None]:
+    """Each (inside, outside) a veth pair, up, without IPv6 (the kernel's own router
+    solicitations would be frames the tests did not send); deleted afterwards, and first if a
+    crashed run left one."""
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    try:
+        for inside, outside in pairs:
+            subprocess.run(["ip", "link", "del", inside], capture_output=True, check=False)
+            ip("link", "add", inside, "type", "veth", "peer", "name", outside)
+            for name in (inside, outside):
+                subprocess.run(
+                    ["sysctl", "-qw", f"net.ipv6.conf.{name}.disable_ipv6=1"],
+                    capture_output=True,
+                    check=False,
+                )
+                ip("link", "set", name, "up")
+        yield
+    finally:
+        for inside, _ in pairs:
+            subprocess.run(["ip", "link", "del", inside], capture_output=True, check=False)

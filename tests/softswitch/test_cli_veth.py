@@ -17,6 +17,7 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 
 from softswitch.native.build import compiler
+from tests.softswitch.conftest import veth_pairs
 from tests.softswitch.test_p4runtime import Client, ids, insert, route_entry, set_pipeline
 
 pytestmark = [
@@ -27,27 +28,10 @@ pytestmark = [
 PAIRS = (("sswt-a0", "sswt-a1"), ("sswt-b0", "sswt-b1"))
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
 @pytest.fixture
 def veths() -> Iterator[None]:
-    try:
-        for inside, outside in PAIRS:
-            subprocess.run(["ip", "link", "del", inside], capture_output=True, check=False)
-            _ip("link", "add", inside, "type", "veth", "peer", "name", outside)
-            for name in (inside, outside):
-                subprocess.run(
-                    ["sysctl", "-qw", f"net.ipv6.conf.{name}.disable_ipv6=1"],
-                    capture_output=True,
-                    check=False,
-                )
-                _ip("link", "set", name, "up")
+    with veth_pairs(list(PAIRS)):
         yield
-    finally:
-        for inside, _ in PAIRS:
-            subprocess.run(["ip", "link", "del", inside], capture_output=True, check=False)
 
 
 def _free_port() -> int:

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from softswitch.ports import open_port, received_frames
+from tests.softswitch.conftest import veth_pairs
 
 NATIVE = Path(__file__).resolve().parents[2] / "softswitch" / "native"
 
@@ -199,17 +200,8 @@ def _ip(*args: str) -> None:
 def veths() -> Iterator[Veths]:
     tag = f"ogt{os.getpid() % 100000}{next(_serial) % 10}"
     v = Veths(f"{tag}a0", f"{tag}a1", f"{tag}b0", f"{tag}b1")
-    try:
-        for inside, outside in ((v.sw1, v.host1), (v.sw2, v.host2)):
-            _ip("link", "add", inside, "type", "veth", "peer", "name", outside)
-            for name in (inside, outside):
-                sysctl = f"net.ipv6.conf.{name}.disable_ipv6=1"
-                subprocess.run(["sysctl", "-qw", sysctl], check=True, capture_output=True)
-                _ip("link", "set", name, "up")
+    with veth_pairs([(v.sw1, v.host1), (v.sw2, v.host2)]):
         yield v
-    finally:
-        for name in (v.sw1, v.sw2):
-            subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
 
 
 @pytest.fixture

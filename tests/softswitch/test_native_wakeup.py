@@ -6,7 +6,6 @@ from __future__ import annotations
 import ctypes as ct
 import os
 import socket
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +18,7 @@ from softswitch.native.build import compiler
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.ports import Ports
 from softswitch.switch import Switch
+from tests.softswitch.conftest import veth_pairs
 from tests.softswitch.test_p4runtime import Client, frame, ids, insert, route_entry, set_pipeline
 
 pytestmark = [
@@ -32,26 +32,10 @@ NO_INTERFACE = 9  # the route's port: no interface, so its frames go up to Pytho
 PUSHED = (0x0A000063, 4242, 1)  # the digest pushed while the frame is taken up
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
 @pytest.fixture
 def veth() -> Iterator[None]:
-    subprocess.run(["ip", "link", "del", INSIDE], capture_output=True, check=False)
-    try:
-        _ip("link", "add", INSIDE, "type", "veth", "peer", "name", OUTSIDE)
-        for name in (INSIDE, OUTSIDE):
-            # no IPv6: the kernel's own frames (router solicitations) would wake the slow path
-            subprocess.run(
-                ["sysctl", "-qw", f"net.ipv6.conf.{name}.disable_ipv6=1"],
-                capture_output=True,
-                check=False,
-            )
-            _ip("link", "set", name, "up")
+    with veth_pairs([(INSIDE, OUTSIDE)]):
         yield
-    finally:
-        subprocess.run(["ip", "link", "del", INSIDE], capture_output=True, check=False)
 
 
 def test_a_digest_pushed_while_a_frame_is_taken_up_is_delivered(
