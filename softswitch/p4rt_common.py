@@ -149,13 +149,10 @@ class Stream:
     # what the backlog bound dropped: digest samples, packet-ins
     dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(NOTIFICATIONS, 0))
 
-    def full(self) -> bool:
-        return self.out.qsize() >= STREAM_BACKLOG
-
     def notify(self, kind: str, message: p4r.StreamMessageResponse | bytes, count: int = 1) -> bool:
         """Queue a notification of `kind` (NOTIFICATIONS) unless the backlog is full; a dropped
         one counts `count` (a digest list: its samples)."""
-        if self.full():
+        if self.out.qsize() >= STREAM_BACKLOG:
             self.dropped[kind] += count
             return False
         self.out.put(message)

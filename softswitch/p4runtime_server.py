@@ -452,17 +452,17 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
         samples, state.pending = list(state.pending), {}
         if primary is None or not samples:
             return
-        if primary.full():  # the controller does not keep up: dropped, counted, not suppressed
-            primary.dropped["digest samples"] += len(samples)
-            return
         list_id = state.next_list_id
+        message = digest_list_message(did, list_id, time.time_ns(), samples)
+        # (an ack waits for the digest lock, held here: it cannot overtake what follows)
+        if not primary.notify("digest samples", message, len(samples)):
+            return  # the controller does not keep up: dropped, counted, not suppressed
         state.next_list_id += 1
         if state.config.ack_timeout_ns:
             expiry = now + state.config.ack_timeout_ns
             for s in samples:
                 state.suppressed[s] = expiry
             state.in_flight[list_id] = (expiry, samples)
-        primary.out.put(digest_list_message(did, list_id, time.time_ns(), samples))
 
     def _digest_ack(self, did: int, list_id: int) -> None:
         with self.lock:
