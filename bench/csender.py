@@ -32,7 +32,7 @@ SOURCE = r"""
 #include <sys/socket.h>
 #include <time.h>
 #define B 32
-#define MAX_FRAMES (1u << 19)
+#define MAX_FRAMES (1u << @MAX_FRAMES_LOG2@)
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -103,7 +103,8 @@ int main(int argc, char **argv) {
 """
 
 # frames the sender reads from its file (its arrays' size)
-MAX_FRAMES = 1 << 19  # the C sender's MAX_FRAMES
+MAX_FRAMES_LOG2 = 19
+MAX_FRAMES = 1 << MAX_FRAMES_LOG2
 _BINARIES: dict[str, Path] = {}
 
 
@@ -117,7 +118,7 @@ def binary() -> Path:
     if known is None or not known.exists():
         workdir = Path(tempfile.mkdtemp(prefix="og-csender-"))
         atexit.register(shutil.rmtree, workdir, True)  # each process left one behind in /tmp
-        (workdir / "sender.c").write_text(SOURCE)
+        (workdir / "sender.c").write_text(SOURCE.replace("@MAX_FRAMES_LOG2@", str(MAX_FRAMES_LOG2)))
         out = workdir / "sender"
         subprocess.run(
             ["cc", "-O2", "-w", str(workdir / "sender.c"), "-o", str(out)],
