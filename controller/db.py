@@ -554,40 +554,30 @@ def _stored(row: PolicyVersion) -> StoredPolicy:
 
 
 def _driver_insert(table: Any, dialect: Any) -> tuple[str, Callable[[dict[str, Any]], Any]]:
-    """An INSERT of every column of `table` in the driver's own parameter style, and the
-    function that turns a row (column -> Python value) into its parameters, with the dialect's
-    conversions (SQLite stores a datetime as text, as SQLAlchemy would)."""
+    """An INSERT of every column of `table` with positional parameters in the driver's style
+    (SQLite's `?`, psycopg's `%s`), and the function that turns a row (column -> Python value)
+    into its parameters, with the dialect's conversions (SQLite stores a datetime as text, as
+    SQLAlchemy would)."""
+    mark = {"qmark": "?", "format": "%s", "pyformat": "%s"}.get(dialect.paramstyle)
+    if mark is None:
+        raise ValueError(f"database driver with parameter style {dialect.paramstyle!r}")
     columns = list(table.columns)
     names = [c.name for c in columns]
-    converters = [c.type.dialect_impl(dialect).bind_processor(dialect) for c in columns]
-    style = dialect.paramstyle
-    if style in ("named", "pyformat"):
-        marks = [f":{n}" if style == "named" else f"%({n})s" for n in names]
+    get = operator.itemgetter(*names)
+    converted = [
+        (i, f)
+        for i, c in enumerate(columns)
+        if (f := c.type.dialect_impl(dialect).bind_processor(dialect)) is not None
+    ]
 
-        def as_dict(row: dict[str, Any]) -> Any:
-            return {
-                n: (f(row[n]) if f is not None else row[n])
-                for n, f in zip(names, converters, strict=True)
-            }
+    def params(row: dict[str, Any]) -> tuple[Any, ...]:
+        values = list(get(row))
+        for i, f in converted:
+            values[i] = f(values[i])
+        return tuple(values)
 
-        params = as_dict
-    else:
-        marks = {"qmark": ["?"] * len(names), "format": ["%s"] * len(names)}.get(style) or [
-            f":{i + 1}" for i in range(len(names))
-        ]
-
-        get = operator.itemgetter(*names)
-        converted = [(i, f) for i, f in enumerate(converters) if f is not None]
-
-        def as_tuple(row: dict[str, Any]) -> Any:
-            values = list(get(row))
-            for i, f in converted:
-                values[i] = f(values[i])
-            return tuple(values)
-
-        params = as_tuple
     quoted = ", ".join(dialect.identifier_preparer.quote(n) for n in names)
-    sql = f"INSERT INTO {table.name} ({quoted}) VALUES ({', '.join(marks)})"
+    sql = f"INSERT INTO {table.name} ({quoted}) VALUES ({', '.join([mark] * len(names))})"
     return sql, params
 
 
