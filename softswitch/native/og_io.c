@@ -4,21 +4,26 @@
  * softswitch/ports.py: frames the switch itself sent are not read back, and a VLAN tag the kernel
  * moved into packet metadata is put back into the frame after the MAC addresses.
  *
- * Receive: a TPACKET_V3 ring per port (OG_IO_RX_BLOCKS blocks of OG_IO_RX_BLOCK bytes). The kernel
- * hands over a whole block when it is full or OG_IO_RX_RETIRE_MS after its first frame, so at low
- * rates a frame waits at most that timeout (rounded up to a timer tick) before it is seen.
- * Since a block is handed over after that timeout however few frames it holds, the number of
- * blocks, not their size, is how long the polling thread may be kept off a CPU before frames are
- * lost: at 32,000 frames/s a block holds about 32 frames, so 8 blocks (the first choice) lost
- * frames whenever the thread waited more than ~10 ms for a core, which on a loaded 2-core machine
- * it did (bench_newflows: 284 of 32,000 new flows lost at 16,000/s); 64 blocks ride out ~60 ms.
+ * Receive: a TPACKET_V2 ring per port (OG_IO_RX_FRAMES slots of OG_IO_RX_FRAME bytes). The kernel
+ * hands over each frame as soon as it is written and wakes the polling thread if it sleeps, so a
+ * frame is seen at once at any rate. (The first version used TPACKET_V3, whose blocks are handed
+ * over when full or after a retire timeout of at least 1 ms: at low rates every frame waited up to
+ * that timeout, and a round trip through the gateway, four passes through the switch, took
+ * 3 ms instead of 0.4.) A frame longer than a slot (a GSO frame of up to 64 KiB from a veth, a
+ * jumbo frame) gets its first bytes in the slot with TP_STATUS_COPY, and its whole copy queued on
+ * the socket (PACKET_COPY_THRESH), which recv() returns in the slots' order; if the socket's
+ * receive buffer is full the kernel makes no copy and the frame is counted as truncated.
+ * The number of slots is how long the polling thread may be kept off a CPU before frames are
+ * lost: 8,192 slots ride out ~100 ms at 80,000 frames/s (the TPACKET_V3 ring's 8 blocks first
+ * chosen lost frames whenever the thread waited more than ~10 ms for a core on a loaded 2-core
+ * machine: bench_newflows lost 284 of 32,000 new flows at 16,000/s).
  *
  * Transmit: frames the callback outputs are copied into a per-port batch (the callback's buffers
- * are only valid until its next call) and sent with one sendmmsg per batch, at the end of each
- * drained ring block or when the batch is full. sendmmsg rather than a TX ring, measured on veths
+ * are only valid until its next call) and sent with one sendmmsg per batch, after each round of
+ * the ports (up to OG_IO_FRAMES_PER_TURN frames from each) or when the batch is full. sendmmsg rather than a TX ring, measured on veths
  * (Linux 6.18, 64-byte frames, batches of 64): sendmmsg 2.35 Mpps, a TPACKET_V2 TX ring with one
- * send() kick per batch 2.12 Mpps. sendmmsg also needs no second socket (a TPACKET_V3 receive
- * socket cannot have a V2 TX ring), no slot size that caps the frame length, no waiting for slots
+ * send() kick per batch 2.12 Mpps. sendmmsg also needs no second socket (it was measured
+ * beside a TPACKET_V3 receive ring, which cannot share its socket with a V2 TX ring), no slot size that caps the frame length, no waiting for slots
  * a slow device still holds (TP_STATUS_SENDING), and it says which frame failed (EMSGSIZE,
  * ENOBUFS) where one bad frame stops a ring kick. Transmission uses the port's receive socket (a
  * socket never reads back what it sent itself; PACKET_IGNORE_OUTGOING, or sll_pkttype
@@ -66,11 +71,12 @@
 #define TP_STATUS_VLAN_TPID_VALID (1 << 6)
 #endif
 
-#define OG_IO_RX_BLOCK (256u << 10)  /* bytes; also the longest frame a port receives */
-#define OG_IO_RX_BLOCKS 64u          /* 16 MiB of ring per port (see above) */
-#define OG_IO_RX_FRAME 2048u         /* nominal frame size the kernel checks the ring against */
-#define OG_IO_RX_RETIRE_MS 1u
-#define OG_IO_BLOCKS_PER_TURN 2u     /* per port before the next port gets its turn */
+#define OG_IO_RX_FRAME 2048u         /* bytes per ring slot: its header and a 1,500-byte frame */
+#define OG_IO_RX_FRAMES 8192u        /* 16 MiB of ring per port (see above) */
+#define OG_IO_RX_RING_BLOCK (64u << 10) /* the ring's allocation unit, a multiple of the slot */
+#define OG_IO_RX_MAX (256u << 10)    /* the longest frame a port receives (read with recv) */
+#define OG_IO_RCVBUF (32 << 20)      /* room for the copies of frames longer than a slot */
+#define OG_IO_FRAMES_PER_TURN 64u    /* per port before the next port gets its turn */
 #define OG_IO_TX_BATCH 64u           /* frames per sendmmsg */
 #define OG_IO_TX_ARENA (256u << 10)  /* bytes of frames per batch; longer frames are errors */
 #define OG_IO_SNDBUF (4 << 20)
@@ -83,8 +89,8 @@
 typedef struct io_port {
     uint32_t num;
     int fd;
-    uint8_t *ring; /* OG_IO_RX_BLOCKS * OG_IO_RX_BLOCK, or NULL */
-    uint32_t block; /* the next block to read */
+    uint8_t *ring; /* OG_IO_RX_FRAMES * OG_IO_RX_FRAME, or NULL */
+    uint32_t slot; /* the next slot to read */
     /* the transmit batch, polling thread only */
     uint32_t tx_n, tx_used;
     uint8_t *tx_arena;
@@ -111,7 +117,7 @@ struct og_io {
     /* written by og_io_send (any thread) */
     uint64_t send_frames, send_errors;
     og_frame out[OG_IO_MAX_OUT];
-    uint8_t *vlan_buf; /* OG_IO_RX_BLOCK + 4: a frame with its tag put back, if no headroom */
+    uint8_t *copy_buf; /* 4 + OG_IO_RX_MAX: a frame longer than a slot, room for its tag */
     uint8_t *up_buf;
     uint64_t up_head __attribute__((aligned(64))); /* written by the producer */
     uint64_t up_tail __attribute__((aligned(64))); /* written by the consumer */
@@ -304,27 +310,38 @@ int og_io_send(og_io *io, uint32_t port, const uint8_t *frame, uint32_t len) {
 }
 
 /* ------------------------------------------------------------------ receive */
-static void io_rx_frame(og_io *io, io_port *p, struct tpacket3_hdr *h) {
-    const uint32_t hdr_end = TPACKET_ALIGN(sizeof(struct tpacket3_hdr));
+static void io_rx_frame(og_io *io, io_port *p, struct tpacket2_hdr *h) {
+    const uint32_t hdr_end = TPACKET_ALIGN(sizeof(struct tpacket2_hdr));
     const struct sockaddr_ll *sll = (const void *)((uint8_t *)h + hdr_end);
-    if (sll->sll_pkttype == PACKET_OUTGOING) return;
-    if (h->tp_snaplen < h->tp_len) {
+    const uint32_t status = h->tp_status;
+    uint8_t *data = (uint8_t *)h + h->tp_mac;
+    uint32_t len = h->tp_snaplen, headroom = h->tp_mac >= hdr_end + sizeof *sll + 4;
+    if (status & TP_STATUS_COPY) { /* the whole frame waits on the socket, in slot order */
+        ssize_t r;
+        do r = recv(p->fd, io->copy_buf + 4, OG_IO_RX_MAX, MSG_DONTWAIT | MSG_TRUNC);
+        while (r < 0 && errno == EINTR);
+        if (r < 0 || (size_t)r > OG_IO_RX_MAX || (uint32_t)r != h->tp_len) {
+            io_count(&io->truncated, 1);
+            return;
+        }
+        data = io->copy_buf + 4;
+        len = (uint32_t)r;
+        headroom = 1;
+    } else if (len < h->tp_len) { /* longer than a slot, and no room on the socket for a copy */
         io_count(&io->truncated, 1);
         return;
     }
-    uint8_t *data = (uint8_t *)h + h->tp_mac;
-    uint32_t len = h->tp_snaplen;
-    if ((h->tp_status & TP_STATUS_VLAN_VALID) && len >= 12) {
-        uint16_t tpid =
-            (h->tp_status & TP_STATUS_VLAN_TPID_VALID) ? (uint16_t)h->hv1.tp_vlan_tpid : 0x8100;
-        uint16_t tci = (uint16_t)h->hv1.tp_vlan_tci;
-        if (h->tp_mac >= hdr_end + 4) { /* room before the frame: the header is read already */
+    if (sll->sll_pkttype == PACKET_OUTGOING) return;
+    if ((status & TP_STATUS_VLAN_VALID) && len >= 12) {
+        uint16_t tpid = (status & TP_STATUS_VLAN_TPID_VALID) ? (uint16_t)h->tp_vlan_tpid : 0x8100;
+        uint16_t tci = (uint16_t)h->tp_vlan_tci;
+        if (headroom) { /* room before the frame, past the header and address already read */
             memmove(data - 4, data, 12);
             data -= 4;
         } else {
-            memcpy(io->vlan_buf, data, 12);
-            memcpy(io->vlan_buf + 16, data + 12, len - 12);
-            data = io->vlan_buf;
+            memmove(io->copy_buf, data, 12);
+            memmove(io->copy_buf + 16, data + 12, len - 12);
+            data = io->copy_buf;
         }
         io_put16(data + 12, tpid);
         io_put16(data + 14, tci);
@@ -344,25 +361,16 @@ static void io_rx_frame(og_io *io, io_port *p, struct tpacket3_hdr *h) {
     }
 }
 
-/* The port's ready blocks (at most `max`), each handed back to the kernel after its frames. */
+/* The port's ready slots (at most `max`), each handed back to the kernel after its frame. */
 static uint32_t io_drain(og_io *io, io_port *p, uint32_t max) {
     uint32_t done = 0;
     while (done < max) {
-        struct tpacket_block_desc *bd =
-            (void *)(p->ring + (size_t)p->block * OG_IO_RX_BLOCK);
-        if (!(__atomic_load_n(&bd->hdr.bh1.block_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER))
-            break;
-        uint32_t n = bd->hdr.bh1.num_pkts, off = bd->hdr.bh1.offset_to_first_pkt;
-        for (uint32_t i = 0; i < n && off && off < OG_IO_RX_BLOCK; i++) {
-            struct tpacket3_hdr *h = (void *)((uint8_t *)bd + off);
-            uint32_t next = h->tp_next_offset;
-            io_rx_frame(io, p, h);
-            off = next ? off + next : 0;
-        }
-        __atomic_store_n(&bd->hdr.bh1.block_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
-        p->block = (p->block + 1) % OG_IO_RX_BLOCKS;
+        struct tpacket2_hdr *h = (void *)(p->ring + (size_t)p->slot * OG_IO_RX_FRAME);
+        if (!(__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER)) break;
+        io_rx_frame(io, p, h);
+        __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+        p->slot = (p->slot + 1) % OG_IO_RX_FRAMES;
         done++;
-        io_flush_all(io);
     }
     return done;
 }
@@ -372,7 +380,8 @@ static void *io_loop(void *arg) {
     uint32_t n = io->nports;
     while (!__atomic_load_n(&io->stopping, __ATOMIC_ACQUIRE)) {
         uint32_t work = 0;
-        for (uint32_t i = 0; i < n; i++) work += io_drain(io, &io->ports[i], OG_IO_BLOCKS_PER_TURN);
+        for (uint32_t i = 0; i < n; i++) work += io_drain(io, &io->ports[i], OG_IO_FRAMES_PER_TURN);
+        io_flush_all(io);
         if (work) continue;
         if (poll(io->pfds, n + 1, OG_IO_IDLE_MS) <= 0) continue;
         for (uint32_t i = 0; i < n; i++) {
@@ -391,7 +400,7 @@ static void *io_loop(void *arg) {
 /* ------------------------------------------------------------------ life cycle */
 static int io_port_open(io_port *p, const char *ifname, char *err, uint32_t errlen) {
     const char *step = "socket (root needed?)";
-    size_t ring_len = (size_t)OG_IO_RX_BLOCKS * OG_IO_RX_BLOCK;
+    size_t ring_len = (size_t)OG_IO_RX_FRAMES * OG_IO_RX_FRAME;
     if (!ifname || !*ifname || strlen(ifname) >= IF_NAMESIZE) {
         io_errf(err, errlen, "interface %s%s%s: invalid interface name", ifname ? "'" : "",
                 ifname ? ifname : "(null)", ifname ? "'" : "");
@@ -405,16 +414,21 @@ static int io_port_open(io_port *p, const char *ifname, char *err, uint32_t errl
     }
     p->fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0); /* no protocol: nothing queued yet */
     if (p->fd < 0) goto fail;
-    step = "PACKET_VERSION TPACKET_V3";
-    int v = TPACKET_V3;
+    step = "PACKET_VERSION TPACKET_V2";
+    int v = TPACKET_V2;
     if (setsockopt(p->fd, SOL_PACKET, PACKET_VERSION, &v, sizeof v)) goto fail;
+    step = "PACKET_COPY_THRESH";
+    v = 1;
+    if (setsockopt(p->fd, SOL_PACKET, PACKET_COPY_THRESH, &v, sizeof v)) goto fail;
+    v = OG_IO_RCVBUF;
+    if (setsockopt(p->fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof v))
+        setsockopt(p->fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
     step = "PACKET_RX_RING";
-    struct tpacket_req3 req = {
-        .tp_block_size = OG_IO_RX_BLOCK,
-        .tp_block_nr = OG_IO_RX_BLOCKS,
+    struct tpacket_req req = {
+        .tp_block_size = OG_IO_RX_RING_BLOCK,
+        .tp_block_nr = OG_IO_RX_FRAMES / (OG_IO_RX_RING_BLOCK / OG_IO_RX_FRAME),
         .tp_frame_size = OG_IO_RX_FRAME,
-        .tp_frame_nr = OG_IO_RX_BLOCK / OG_IO_RX_FRAME * OG_IO_RX_BLOCKS,
-        .tp_retire_blk_tov = OG_IO_RX_RETIRE_MS,
+        .tp_frame_nr = OG_IO_RX_FRAMES,
     };
     if (setsockopt(p->fd, SOL_PACKET, PACKET_RX_RING, &req, sizeof req)) goto fail;
     step = "mmap of the receive ring";
@@ -453,7 +467,7 @@ fail:;
 }
 
 static void io_port_close(io_port *p) {
-    if (p->ring) munmap(p->ring, (size_t)OG_IO_RX_BLOCKS * OG_IO_RX_BLOCK);
+    if (p->ring) munmap(p->ring, (size_t)OG_IO_RX_FRAMES * OG_IO_RX_FRAME);
     if (p->fd >= 0) close(p->fd);
     free(p->tx_arena);
     free(p->tx_msgs);
@@ -485,9 +499,9 @@ og_io *og_io_new(uint32_t nports, const uint32_t *port_nums, const char *const *
     io->ports = calloc(nports ? nports : 1, sizeof *io->ports);
     io->pfds = calloc((size_t)nports + 1, sizeof *io->pfds);
     io->up_buf = malloc(OG_IO_UPCALL_BYTES);
-    io->vlan_buf = malloc(OG_IO_RX_BLOCK + 4);
+    io->copy_buf = malloc(OG_IO_RX_MAX + 4);
     if (io->upcall_fd < 0 || io->wake_fd < 0 || !io->ports || !io->pfds || !io->up_buf ||
-        !io->vlan_buf) {
+        !io->copy_buf) {
         io_errf(err, errlen, "og_io_new: %s", strerror(errno ? errno : ENOMEM));
         og_io_free(io);
         return NULL;
@@ -559,7 +573,7 @@ void og_io_free(og_io *io) {
     free(io->ports);
     free(io->pfds);
     free(io->up_buf);
-    free(io->vlan_buf);
+    free(io->copy_buf);
     pthread_mutex_destroy(&io->ctl);
     pthread_mutex_destroy(&io->stats_lock);
     free(io);
@@ -568,7 +582,7 @@ void og_io_free(og_io *io) {
 void og_io_get_stats(og_io *io, og_io_stats *out) {
     pthread_mutex_lock(&io->stats_lock);
     for (uint32_t i = 0; i < io->nports; i++) {
-        struct tpacket_stats_v3 st;
+        struct tpacket_stats st;
         socklen_t l = sizeof st;
         memset(&st, 0, sizeof st);
         if (!getsockopt(io->ports[i].fd, SOL_PACKET, PACKET_STATISTICS, &st, &l))

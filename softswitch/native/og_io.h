@@ -1,5 +1,5 @@
 /* Packet I/O of the native switch on Linux interfaces: one AF_PACKET socket per port with a
- * TPACKET_V3 receive ring, transmission batched with sendmmsg, one polling thread for all ports,
+ * TPACKET_V2 receive ring, transmission batched with sendmmsg, one polling thread for all ports,
  * and a bounded queue of frames for the slow path (Python). See og_io.c for the mechanism.
  *
  * Threads: the process callback runs on the polling thread only. og_io_send, og_io_notify and
@@ -59,7 +59,8 @@ OG_IO_API void og_io_notify(og_io *io);
 OG_IO_API int og_io_send(og_io *io, uint32_t port, const uint8_t *frame, uint32_t len);
 
 /* Counters since og_io_new. rx_ring_drops: frames the kernel could not put in a receive ring
-   (tp_drops of PACKET_STATISTICS, accumulated) plus frames longer than a ring block. */
+   (tp_drops of PACKET_STATISTICS, accumulated) plus frames longer than OG_IO_RX_MAX
+   (256 KiB), or longer than a ring slot when the socket had no room for their copy. */
 typedef struct {
     uint64_t rx_frames, tx_frames, tx_errors, upcalls, upcall_drops, rx_ring_drops;
 } og_io_stats;
