@@ -10,8 +10,15 @@ offered to the last one out), and the polling thread's CPU time per frame (from 
 kernel's send path, and the receiving peer's up to where its stack drops the frame, run on that
 thread, so 1 s over this is about the ceiling of one polling thread). The sender shares the
 machine with the switch, and the kernel's receive path for port 1 runs on the sender's CPU.
+Then the latency at a low rate: `--pings` frames, one at a time, each sent on the far end of
+port 1 and timed until it is read on the far end of port 2 (raw sockets in this process, so the
+figure includes two kernel crossings of the bench's own).
+
+`--baseline REV` measures og_io.c as it was at git revision REV the same way in the same run,
+first, for a side-by-side figure (e.g. 58065c1, the last TPACKET_V3 receive ring).
 
     .venv/bin/python -m bench.bench_native_io [--rates 250000,500000,1000000] [--seconds 2]
+        [--pings 2000] [--baseline REV]
 
 Needs root and a C compiler.
 """
@@ -22,7 +29,9 @@ import argparse
 import ctypes
 import os
 import platform
+import select
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +40,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.csender import c_send
 
@@ -77,12 +87,27 @@ class Row:
     cpu_ns: float  # CPU time of the polling thread per frame sent on
 
 
-def build(workdir: Path) -> ctypes.CDLL:
+def sources(workdir: Path, revision: str | None) -> Path:
+    """The folder holding og_io.c and og_io.h: the working tree's, or those of git `revision`."""
+    if revision is None:
+        return NATIVE
+    folder = workdir / f"og_io-{revision}"
+    folder.mkdir()
+    for name in ("og_io.c", "og_io.h"):
+        spec = f"{revision}:softswitch/native/{name}"
+        text = subprocess.run(
+            ["git", "-C", str(NATIVE), "show", spec], check=True, capture_output=True
+        ).stdout
+        (folder / name).write_bytes(text)
+    return folder
+
+
+def build(workdir: Path, source: Path) -> ctypes.CDLL:
     (workdir / "callback.c").write_text(CALLBACK)
-    so = workdir / "og_io_bench.so"
+    so = workdir / f"og_io_bench_{source.name}.so"
     cc = ["cc", "-O2", "-Wall", "-pthread"]
-    sources = [str(NATIVE / "og_io.c"), str(workdir / "callback.c")]
-    subprocess.run([*cc, "-shared", "-fPIC", f"-I{NATIVE}", *sources, "-o", str(so)], check=True)
+    files = [str(source / "og_io.c"), str(workdir / "callback.c")]
+    subprocess.run([*cc, "-shared", "-fPIC", f"-I{source}", *files, "-o", str(so)], check=True)
     lib = ctypes.CDLL(str(so))
     lib.og_io_new.restype = ctypes.c_void_p
     lib.og_io_new.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_void_p]
@@ -159,6 +184,35 @@ def measure(lib: ctypes.CDLL, io: int, ifname: str, rate: int, seconds: float) -
     )
 
 
+def latency(host1: str, host2: str, count: int) -> list[float]:
+    """Seconds from sending each of `count` frames on `host1` to reading it on `host2`, one
+    frame in flight at a time (a frame not back within 1 s is left out)."""
+    out: list[float] = []
+    with (
+        socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as tx,
+        socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x88B5)) as rx,
+    ):
+        tx.bind((host1, 0))
+        rx.bind((host2, 0x88B5))
+        for i in range(count):
+            frame = FRAMES[i % len(FRAMES)]
+            start = time.perf_counter()
+            tx.send(frame)
+            deadline = start + 1.0
+            while (left := deadline - time.perf_counter()) > 0:
+                if not select.select([rx], [], [], left)[0]:
+                    break
+                if rx.recv(2048) == frame:
+                    out.append(time.perf_counter() - start)
+                    break
+    return out
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
 def table(rows: list[Row]) -> list[str]:
     lines = [
         "| Offered rate (frames/s) | Offered | Achieved offer (frames/s) | Taken in | Sent on "
@@ -173,41 +227,74 @@ def table(rows: list[Row]) -> list[str]:
     return lines
 
 
+def run(
+    source: Path, workdir: Path, v: tuple[str, str, str, str], rates: list[int], args: Any
+) -> tuple[list[Row], list[float]]:
+    """Throughput rows and ping latencies of og_io.c from `source`."""
+    lib = build(workdir, source)
+    nums = (ctypes.c_uint32 * 2)(1, 2)
+    names = (ctypes.c_char_p * 2)(v[0].encode(), v[2].encode())
+    err = ctypes.create_string_buffer(256)
+    fn = ctypes.cast(lib.bench_forward, ctypes.c_void_p)
+    io = lib.og_io_new(2, nums, names, fn, None, err, len(err))
+    if not io:
+        raise RuntimeError(err.value.decode())
+    try:
+        if lib.og_io_start(io) != 0:
+            raise RuntimeError("cannot start the polling thread")
+        rows = [measure(lib, io, v[1], rate, args.seconds) for rate in rates]
+        return rows, latency(v[1], v[3], args.pings)
+    finally:
+        lib.og_io_free(io)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rates", default="250000,500000,1000000")
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--pings", type=int, default=2000)
+    parser.add_argument("--baseline", metavar="REV", help="also measure og_io.c at git REV")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_native_io: needs root (veth pairs, raw sockets)", file=sys.stderr)
         return 2
-    for tool in ("cc", "ip", "sysctl"):
+    for tool in ("cc", "ip", "sysctl") + (("git",) if args.baseline else ()):
         if shutil.which(tool) is None:
             print(f"bench_native_io: `{tool}` is not installed", file=sys.stderr)
             return 2
     rates = [int(r) for r in args.rates.split(",") if r] + [0]
-    rows: list[Row] = []
+    builds = ([args.baseline] if args.baseline else []) + [None]
+    results: list[tuple[str, list[Row], list[float]]] = []
     with tempfile.TemporaryDirectory() as tmp, veth_pairs(f"ognb{os.getpid() % 100000}") as v:
-        lib = build(Path(tmp))
-        nums = (ctypes.c_uint32 * 2)(1, 2)
-        names = (ctypes.c_char_p * 2)(v[0].encode(), v[2].encode())
-        err = ctypes.create_string_buffer(256)
-        fn = ctypes.cast(lib.bench_forward, ctypes.c_void_p)
-        io = lib.og_io_new(2, nums, names, fn, None, err, len(err))
-        if not io:
-            print(f"bench_native_io: {err.value.decode()}", file=sys.stderr)
-            return 1
-        try:
-            if lib.og_io_start(io) != 0:
-                print("bench_native_io: cannot start the polling thread", file=sys.stderr)
+        for revision in builds:
+            try:
+                source = sources(Path(tmp), revision)
+            except subprocess.CalledProcessError as e:
+                print(f"bench_native_io: {revision}: {e.stderr.decode().strip()}", file=sys.stderr)
+                return 2
+            try:
+                rows, pings = run(source, Path(tmp), v, rates, args)
+            except RuntimeError as e:
+                print(f"bench_native_io: {e}", file=sys.stderr)
                 return 1
-            rows = [measure(lib, io, v[1], rate, args.seconds) for rate in rates]
-        finally:
-            lib.og_io_free(io)
+            results.append((revision or "working tree", rows, pings))
     print(f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Linux {platform.release()}  ")
     print(f"Command: `{' '.join(['python -m bench.bench_native_io', *(argv or sys.argv[1:])])}`")
-    print()
-    print("\n".join(table(rows)))
+    for name, rows, _ in results:
+        print(f"\nog_io.c of the {name}:" if len(results) > 1 else "")
+        print("\n".join(table(rows)))
+    print("\n| og_io.c of | frames | lost | latency p50 / p99 / max (us) |")
+    print("|---|---:|---:|---|")
+    for name, _, pings in results:
+        figures = (
+            " / ".join(
+                f"{x * 1e6:,.0f}"
+                for x in (percentile(pings, 50), percentile(pings, 99), max(pings))
+            )
+            if pings
+            else "-"
+        )
+        print(f"| {name} | {args.pings:,} | {args.pings - len(pings):,} | {figures} |")
     return 0
 
 
