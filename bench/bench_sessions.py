@@ -22,7 +22,12 @@ import sys
 from typing import Any
 
 from opengate.target import repo_root, select_target
-from topo.model import load_topology, with_controller_nat, without_masquerade
+from topo.model import (
+    load_topology,
+    with_controller_nat,
+    with_entries_on_demand,
+    without_masquerade,
+)
 from topo.net import GatewayNetwork
 
 OUT1 = "198.51.100.20"
@@ -116,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         path = str(spec.policy)
         policies = (
             ("routed", without_masquerade(running["text"]), "the data plane"),
+            (
+                "routed, exact entries on demand",
+                with_entries_on_demand(without_masquerade(running["text"])),
+                "the data plane",
+            ),
             ("masqueraded", running["text"], "the data plane"),
             ("masqueraded, data_plane_ports off", with_controller_nat(running["text"]), "the CPM"),
         )
@@ -126,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                 ("request", "round trip on an existing session"),
             ):
                 rows.append((f"{name}: {what}", measure(network, args.connections, mode)))
-            if name != "routed":
+            if not name.startswith("routed"):
                 # The example policy's port forward, out1 -> 198.51.100.1:8080 -> h1:80.
                 forwarded = measure(
                     network, args.connections, "connect", "out1", (GATEWAY_OUTSIDE, 8080)

@@ -24,7 +24,7 @@ from softswitch.native import ENGINES, make_dataplane
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.ports import Ports
 from softswitch.program import load_program
-from softswitch.switch import Switch
+from softswitch.switch import IO_NICE, Switch
 
 LOG = logging.getLogger("softswitch")
 
@@ -77,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep packet I/O in Python even with the native engine",
     )
+    p.add_argument(
+        "--io-nice",
+        type=int,
+        default=IO_NICE,
+        metavar="N",
+        help=f"nice value of the native packet I/O thread (default {IO_NICE}, so that frames do "
+        "not wait for a core behind the controller or the middleboxes; 0: the process's)",
+    )
     p.add_argument("--log-console", action="store_true", help="log to stderr")
     p.add_argument("-L", "--log-level", default="info", choices=sorted(LEVELS))
     p.add_argument("--thrift-port", type=int, help="accepted for compatibility; ignored")
@@ -109,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         LOG.info("--thrift-port %d ignored: this switch has no Thrift server", args.thrift_port)
     switch = Switch(device_id=args.device_id, cpu_port=args.cpu_port)
     switch.native_io = not args.python_io
+    switch.io_nice = args.io_nice
     ports: Ports | None = None
     try:
         ports = Ports(dict(args.interface))

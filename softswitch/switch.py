@@ -9,6 +9,13 @@ from typing import Any
 
 LOG = logging.getLogger(__name__)
 
+# The native packet I/O thread's nice value. A frame's pass through the switch is a few
+# microseconds, but on a machine whose cores are busy (the controller handling digests, the SPMs)
+# a woken thread at the same priority may wait a scheduler slice (~1-3 ms) for a core: that was
+# most of a new connection's p99 through the gateway (bench_sessions). It uses little CPU except
+# under floods, where it is the switch's work.
+IO_NICE = -10
+
 Transmit = Callable[[int, bytes], None]
 PacketInSink = Callable[[bytes], None]
 
@@ -28,6 +35,7 @@ class Switch:
         self.packet_in: PacketInSink | None = None
         self.ports: Any = None  # softswitch.ports.Ports, when interfaces are attached
         self.native_io = True  # let a native data plane serve the ports
+        self.io_nice = IO_NICE  # the native packet I/O thread's nice value (0: the process's)
         self.lock = threading.Lock()
         self.rx_packets = 0
         self.tx_packets = 0
@@ -47,7 +55,7 @@ class Switch:
         if dataplane.native and self.native_io:
             ports.suspend()
             try:
-                dataplane.open_ports(ports.interfaces, self.emit)
+                dataplane.open_ports(ports.interfaces, self.emit, self.io_nice)
                 LOG.info("ports served by the native data plane")
                 return
             except OSError as exc:

@@ -169,6 +169,7 @@ def _bind(lib: ct.CDLL) -> None:
         "og_io_pop_upcall": (i32, [vp, ct.POINTER(u32), ct.c_char_p, u32]),
         "og_io_send": (ct.c_int, [vp, u32, ct.c_char_p, u32]),
         "og_io_get_stats": (None, [vp, ct.POINTER(IoStats)]),
+        "og_io_thread_id": (ct.c_int, [vp]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
@@ -552,9 +553,11 @@ class NativeDataplane:
         return int(out)
 
     # ---- ports in C
-    def open_ports(self, interfaces: dict[int, str], emit: Emit) -> None:
+    def open_ports(self, interfaces: dict[int, str], emit: Emit, nice: int = 0) -> None:
         """Serve these interfaces from the C polling thread; `emit(port, frame)` receives what it
-        queues for the slow path (frames for ports without an interface)."""
+        queues for the slow path (frames for ports without an interface). `nice`: the polling
+        thread's nice value, if not 0 (a lower one needs CAP_SYS_NICE; without it the thread
+        keeps the process's, with a warning)."""
         n = len(interfaces)
         nums = (ct.c_uint32 * n)(*interfaces.keys())
         names = (ct.c_char_p * n)(*(name.encode() for name in interfaces.values()))
@@ -563,10 +566,21 @@ class NativeDataplane:
             raise OSError(err.value.decode(errors="replace"))
         self._io = self.lib.og_dp_io(self.dp)
         self.emit = emit
+        if nice:
+            self._prioritise_io(nice)
         r, w = os.pipe()
         self._io_stop = (r, w)
         self._io_thread = threading.Thread(target=self._upcalls, name="native-upcalls", daemon=True)
         self._io_thread.start()
+
+    def _prioritise_io(self, nice: int) -> None:
+        tid = int(self.lib.og_io_thread_id(self._io))
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except OSError as exc:
+            LOG.warning("packet I/O thread keeps its priority (nice %d: %s)", nice, exc.strerror)
+            return
+        LOG.info("packet I/O thread %d at nice %d", tid, nice)
 
     def _upcalls(self) -> None:
         assert self._io_stop is not None

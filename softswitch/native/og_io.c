@@ -62,6 +62,8 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #ifndef PACKET_IGNORE_OUTGOING
@@ -110,7 +112,9 @@ struct og_io {
     pthread_t thread;
     int running;
     int stopping;
-    pthread_mutex_t stats_lock; /* ring_drops */
+    pthread_mutex_t stats_lock; /* ring_drops, tid */
+    pthread_cond_t tid_known;
+    pid_t tid; /* the polling thread's kernel thread id, once it runs; 0 when stopped */
     uint64_t ring_drops;
     /* written by the polling thread only */
     uint64_t rx_frames, tx_frames, tx_errors, upcalls, upcall_drops, truncated;
@@ -378,6 +382,10 @@ static uint32_t io_drain(og_io *io, io_port *p, uint32_t max) {
 static void *io_loop(void *arg) {
     og_io *io = arg;
     uint32_t n = io->nports;
+    pthread_mutex_lock(&io->stats_lock);
+    io->tid = (pid_t)syscall(SYS_gettid);
+    pthread_cond_broadcast(&io->tid_known);
+    pthread_mutex_unlock(&io->stats_lock);
     while (!__atomic_load_n(&io->stopping, __ATOMIC_ACQUIRE)) {
         uint32_t work = 0;
         for (uint32_t i = 0; i < n; i++) work += io_drain(io, &io->ports[i], OG_IO_FRAMES_PER_TURN);
@@ -394,7 +402,23 @@ static void *io_loop(void *arg) {
         if (io->pfds[n].revents & POLLIN) io_eventfd_clear(io->wake_fd);
     }
     io_flush_all(io);
+    pthread_mutex_lock(&io->stats_lock);
+    io->tid = 0;
+    pthread_mutex_unlock(&io->stats_lock);
     return NULL;
+}
+
+int og_io_thread_id(og_io *io) {
+    pthread_mutex_lock(&io->ctl); /* not stopped meanwhile */
+    int tid = 0;
+    if (io->running && !__atomic_load_n(&io->stopping, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&io->stats_lock);
+        while (!io->tid) pthread_cond_wait(&io->tid_known, &io->stats_lock);
+        tid = (int)io->tid;
+        pthread_mutex_unlock(&io->stats_lock);
+    }
+    pthread_mutex_unlock(&io->ctl);
+    return tid;
 }
 
 /* ------------------------------------------------------------------ life cycle */
@@ -492,6 +516,7 @@ og_io *og_io_new(uint32_t nports, const uint32_t *port_nums, const char *const *
     }
     pthread_mutex_init(&io->ctl, NULL);
     pthread_mutex_init(&io->stats_lock, NULL);
+    pthread_cond_init(&io->tid_known, NULL);
     io->fn = fn;
     io->ctx = ctx;
     io->upcall_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -576,6 +601,7 @@ void og_io_free(og_io *io) {
     free(io->copy_buf);
     pthread_mutex_destroy(&io->ctl);
     pthread_mutex_destroy(&io->stats_lock);
+    pthread_cond_destroy(&io->tid_known);
     free(io);
 }
 

@@ -33,6 +33,9 @@ OG_IO_API og_io *og_io_new(uint32_t nports, const uint32_t *port_nums, const cha
                            og_process_fn fn, void *ctx, char *err, uint32_t errlen);
 /* Starts the polling thread; 0 or -errno (-EALREADY if it runs). */
 OG_IO_API int og_io_start(og_io *io);
+/* The polling thread's kernel thread id (for its scheduling priority: setpriority, sched_setattr),
+   waiting until the thread runs; 0 if it is not started. */
+OG_IO_API int og_io_thread_id(og_io *io);
 /* Stops and joins the thread (idempotent). */
 OG_IO_API void og_io_stop(og_io *io);
 /* Stops if needed, closes sockets, unmaps. */

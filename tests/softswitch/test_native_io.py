@@ -127,6 +127,7 @@ def lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     lib.og_io_send.argtypes = [p, u32, ctypes.c_char_p, u32]
     lib.og_io_get_stats.argtypes = [p, ctypes.POINTER(Stats)]
     lib.og_io_get_stats.restype = None
+    lib.og_io_thread_id.argtypes = [p]
     lib.shim_ctx.restype = p
     lib.shim_attach.argtypes = [p]
     lib.shim_attach.restype = None
@@ -521,6 +522,22 @@ def test_stop_start_and_free_release_everything(
         io.free()
     assert set(os.listdir("/proc/self/fd")) == fds
     assert (promiscuity(veths.sw1), promiscuity(veths.sw2)) == (0, 0)
+
+
+def test_thread_id_names_the_polling_thread_while_it_runs(lib: ctypes.CDLL, veths: Veths) -> None:
+    """og_io_thread_id is the polling thread's kernel id (the one a priority is set on) while it
+    runs, 0 before its start and after its stop."""
+    io = IO(lib, [(1, veths.sw1), (2, veths.sw2)])
+    try:
+        assert lib.og_io_thread_id(io.handle) == 0
+        io.start()
+        tid = lib.og_io_thread_id(io.handle)
+        assert Path(f"/proc/self/task/{tid}/comm").read_text().strip() == "og-io"
+        io.stop()
+        assert lib.og_io_thread_id(io.handle) == 0
+        assert not Path(f"/proc/self/task/{tid}").exists()
+    finally:
+        io.free()
 
 
 def test_missing_interface_is_named_in_the_error(lib: ctypes.CDLL) -> None:
