@@ -45,6 +45,9 @@ from softswitch.switch import Switch
 
 LOG = logging.getLogger(__name__)
 DROP_REPORT_SECONDS = 5.0  # a warning of the stream backlog's drops at most this often
+# The timer's period (idle timeouts, expiries, the backlog warning). A digest list is sent when
+# its max_timeout_ns passes, not at the next period: a list that starts pending wakes the timer.
+TIMER_TICK_SECONDS = 0.02
 
 
 # ---------------------------------------------------------------------------- the service
@@ -62,12 +65,14 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
         self.streams: list[Stream] = []
         self.digests: dict[int, DigestState] = {}
         self._stop = threading.Event()
+        self._timer_wake = threading.Event()
         self._timer = threading.Thread(target=self._timer_loop, name="p4rt-timers", daemon=True)
         self._timer.start()
         switch.packet_in = self._packet_in
 
     def stop(self) -> None:
         self._stop.set()
+        self._timer_wake.set()
         with self.lock:
             for s in self.streams:
                 s.out.put(None)
@@ -427,6 +432,7 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
         if pipe is None:
             return
         now = time.monotonic_ns()
+        started = False
         with self._digest_lock:
             for learn_id, sample in batch:
                 did = pipe.map.digest_of_learn.get(learn_id)
@@ -442,10 +448,13 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
                     continue
                 if not state.pending:
                     state.pending_since = now
+                    started = True
                 state.pending[sample] = None
                 size = state.config.max_list_size
                 if size <= 1 or len(state.pending) >= size:
                     self._flush_digest(did, state, now)
+        if started:
+            self._timer_wake.set()  # its max_timeout may end before the next period
 
     def _flush_digest(self, did: int, state: DigestState, now: int) -> None:
         primary = self._primary()
@@ -477,7 +486,11 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
 
     # ------------------------------------------------------------------ timers
     def _timer_loop(self) -> None:
-        while not self._stop.wait(0.02):
+        while not self._stop.is_set():
+            self._timer_wake.wait(self._timer_delay())
+            self._timer_wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 with self.lock:
                     pipe = self.pipeline
@@ -489,6 +502,18 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
                     self._report_backlog_drops()
             except Exception:
                 LOG.exception("timer loop")
+
+    def _timer_delay(self) -> float:
+        """Seconds until the timer's next period or the first pending list's max_timeout (at
+        least 1 ms: a list the timer could not send does not make it spin)."""
+        delay = TIMER_TICK_SECONDS
+        now = time.monotonic_ns()
+        with self._digest_lock:
+            for state in list(self.digests.values()):
+                if state.pending:
+                    due = state.pending_since + state.config.max_timeout_ns - now
+                    delay = min(delay, max(0.001, due / 1e9))
+        return delay
 
     _drops_reported: tuple[int, ...] = ()
     _drops_reported_at = 0.0

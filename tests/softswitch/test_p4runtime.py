@@ -18,7 +18,7 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 
 from opengate.p4rt import P4RuntimeClient
-from softswitch import p4rt_common
+from softswitch import p4rt_common, p4runtime_server
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.switch import Switch
 from tests.softswitch.conftest import FIXTURES
@@ -331,12 +331,19 @@ def test_backup_controller_cannot_write_and_primary_moves(
     channel.close()
 
 
-def learning_pipeline(client: Client, ack_timeout_ns: int = 10_000_000_000) -> dict[str, int]:
-    """The l3 program, every packet learnt (acl -> learn), digest lists of one sample whose
-    suppression lasts `ack_timeout_ns` unless acked; its ids."""
+def learning_pipeline(
+    client: Client,
+    ack_timeout_ns: int = 10_000_000_000,
+    max_list_size: int = 1,
+    max_timeout_ns: int = 0,
+) -> dict[str, int]:
+    """The l3 program, every packet learnt (acl -> learn), digest lists of `max_list_size`
+    samples (sent when full or `max_timeout_ns` after the first) whose suppression lasts
+    `ack_timeout_ns` unless acked; its ids."""
     i = ids(set_pipeline(client))
     de = p4r.DigestEntry(digest_id=i["learn_t"])
-    de.config.max_list_size = 1
+    de.config.max_list_size = max_list_size
+    de.config.max_timeout_ns = max_timeout_ns
     de.config.ack_timeout_ns = ack_timeout_ns
     client.write(insert(p4r.Entity(digest_entry=de)))
     te = p4r.TableEntry(table_id=i["MyIngress.acl"], priority=1)
@@ -368,6 +375,20 @@ def test_digest_list_ack_and_suppression(client: Client, switch_server: Any) -> 
         except queue.Empty:
             continue
     assert [m.bitstring for m in again.data[0].struct.members][1] == b"\x03\xe7"
+
+
+def test_a_list_not_full_is_sent_at_its_max_timeout_not_the_timer_period(
+    client: Client, switch_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A list of up to 128 samples with one sample goes out once its max_timeout_ns (5 ms)
+    passes: the timer's period is made an hour here, so only the list's own wake-up sends it."""
+    sw, _, _ = switch_server
+    monkeypatch.setattr(p4runtime_server, "TIMER_TICK_SECONDS", 3600.0)
+    learning_pipeline(client, max_list_size=128, max_timeout_ns=5_000_000)
+    sw.receive(4, frame(sport=999))
+    dl = client.next("digest", timeout=10)
+    assert [m.bitstring for m in dl.data[0].struct.members][1] == b"\x03\xe7"
+    assert len(dl.data) == 1
 
 
 def test_an_unacked_sample_is_sent_again_once_its_ack_timeout_passes(
