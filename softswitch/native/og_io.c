@@ -20,10 +20,11 @@
  *
  * Transmit: frames the callback outputs are copied into a per-port batch (the callback's buffers
  * are only valid until its next call) and sent with one sendmmsg per batch, after each round of
- * the ports (up to OG_IO_FRAMES_PER_TURN frames from each) or when the batch is full. sendmmsg rather than a TX ring, measured on veths
- * (Linux 6.18, 64-byte frames, batches of 64): sendmmsg 2.35 Mpps, a TPACKET_V2 TX ring with one
- * send() kick per batch 2.12 Mpps. sendmmsg also needs no second socket (it was measured
- * beside a TPACKET_V3 receive ring, which cannot share its socket with a V2 TX ring), no slot size that caps the frame length, no waiting for slots
+ * the ports (up to OG_IO_FRAMES_PER_TURN frames from each) or when the batch is full. sendmmsg
+ * rather than a TX ring, measured on veths (Linux 6.18, 64-byte frames, batches of 64): sendmmsg
+ * 2.35 Mpps, a TPACKET_V2 TX ring with one send() kick per batch 2.12 Mpps. sendmmsg also needs no
+ * second socket (it was measured beside a TPACKET_V3 receive ring, which cannot share its socket
+ * with a V2 TX ring), no slot size that caps the frame length, no waiting for slots
  * a slow device still holds (TP_STATUS_SENDING), and it says which frame failed (EMSGSIZE,
  * ENOBUFS) where one bad frame stops a ring kick. Transmission uses the port's receive socket (a
  * socket never reads back what it sent itself; PACKET_IGNORE_OUTGOING, or sll_pkttype
