@@ -127,6 +127,19 @@ def drops_since(network: GatewayNetwork, before: dict[str, int]) -> dict[str, in
     return {k: after[k] - before[k] for k in after if after[k] != before[k]}
 
 
+def spm_queue_drops(network: GatewayNetwork, after: float = 0.0) -> int:
+    """Packets the SPMs' kernel queues dropped since they started, from their load reports
+    (sent every second), waiting up to 5 s for reports made after time.time() `after`."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        spms = network.api("GET", "/api/v1/spms")["spms"].values()
+        reports = [s.get("report") or {} for s in spms]
+        fresh = all(float(r.get("ts") or 0) > after for r in reports)
+        if fresh or time.monotonic() > deadline:
+            return sum(int(r.get("queue_dropped", 0)) for r in reports)
+        time.sleep(0.2)
+
+
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -187,6 +200,7 @@ def flood(
     frames.parent.mkdir(parents=True, exist_ok=True)
     write_frames(frames, flood_frames(network.spec, rate * seconds, phase))
     before = drops(network)
+    spm_before = spm_queue_drops(network)
     results: dict[str, Any] = {}
 
     def flooder() -> None:
@@ -213,6 +227,7 @@ def flood(
     for thread in threads:
         thread.join()
     results["drops"] = drops_since(network, before)
+    results["spm_drops"] = spm_queue_drops(network, time.time()) - spm_before
     results["alone"] = alone_mbps
     results["kept"] = results["mbps"] / alone_mbps if alone_mbps else 0.0
     return results
@@ -250,9 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "| policy | flood offered (flows/s) | sent | h1 connects ok | connect p50 / p99 ms "
         "| iperf3 kept (Mbit/s alone, in the flood) | API p50 / p99 ms "
-        "| NPM drops during the flood |"
+        "| NPM drops during the flood | SPM queue drops |"
     )
-    print("|---|---:|---:|---:|---|---|---|---|")
+    print("|---|---:|---:|---:|---|---|---|---|---:|")
     for name, rate, r in rows:
         c = r["connect"]
         ok = "0/20" if "error" in c else f"{c['n'] - c['failed']}/{c['n']}"
@@ -262,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {name} | {rate} | {r['sent']} | {ok} | {times} | {r['kept'] * 100:.0f} % "
             f"({r['alone']:.0f}, {r['mbps']:.0f}) "
-            f"| {percentile(api, 50):.1f} / {percentile(api, 99):.1f} | {dropped} |"
+            f"| {percentile(api, 50):.1f} / {percentile(api, 99):.1f} | {dropped} "
+            f"| {r['spm_drops']:,} |"
         )
     print(
         "\nWhere the CPU went during each flood (share of one core; the machine's cores are "

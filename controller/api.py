@@ -41,6 +41,7 @@ class LoadReport(BaseModel):
     ts: float | str | None = None
     cpu: float = Field(ge=0)
     queue_depth: int = Field(ge=0)
+    queue_dropped: int = Field(default=0, ge=0)  # by the SPM's kernel queue, since it started
     pps: float = Field(default=0, ge=0)
     bps: float = Field(default=0, ge=0)
     mem_bytes: int = Field(default=0, ge=0)

@@ -418,10 +418,11 @@ def _spms(args: argparse.Namespace) -> int:
                     f"{s['weight']}/{s['max_weight']}",
                     str(report.get("cpu", "-")),
                     str(report.get("queue_depth", "-")),
+                    str(report.get("queue_dropped", "-")),
                     str(report.get("flows", "-")),
                 ]
             )
-        _table(rows, ["SPM", "PORT", "STATUS", "WEIGHT", "CPU%", "QUEUE", "FLOWS"])
+        _table(rows, ["SPM", "PORT", "STATUS", "WEIGHT", "CPU%", "QUEUE", "DROPPED", "FLOWS"])
 
     return _client_command(args, run)
 

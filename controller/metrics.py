@@ -88,6 +88,12 @@ class Metrics:
         self.spm_queue = Gauge(
             "opengate_spm_queue_depth", "Reported queue depth", ["spm"], registry=r
         )
+        self.spm_queue_dropped = Gauge(
+            "opengate_spm_queue_dropped",
+            "Packets the SPM's kernel queue dropped since the SPM started (reported)",
+            ["spm"],
+            registry=r,
+        )
         self.alerts = Counter("opengate_alerts", "SPM alerts", ["spm", "action"], registry=r)
         self.ipsec_tunnel_up = Gauge(
             "opengate_ipsec_tunnel_up",

@@ -624,6 +624,8 @@ class Controller:
         self.metrics.spm_weight.labels(event.spm).set(state.weight)
         self.metrics.spm_cpu.labels(event.spm).set(float(state.report.get("cpu", 0)))
         self.metrics.spm_queue.labels(event.spm).set(float(state.report.get("queue_depth", 0)))
+        dropped = float(state.report.get("queue_dropped", 0))
+        self.metrics.spm_queue_dropped.labels(event.spm).set(dropped)
         if outcome.weight_changed:
             self._sync_selector()
         self.db.upsert_spm(

@@ -30,7 +30,16 @@ from controller.policy import Policy, SpmSpec
 LOG = logging.getLogger(__name__)
 
 EWMA_ALPHA = 0.5
-REPORT_FIELDS = ("cpu", "queue_depth", "pps", "bps", "mem_bytes", "workers", "flows")
+REPORT_FIELDS = (
+    "cpu",
+    "queue_depth",
+    "queue_dropped",
+    "pps",
+    "bps",
+    "mem_bytes",
+    "workers",
+    "flows",
+)
 
 
 class ReportError(ValueError):

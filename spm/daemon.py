@@ -85,15 +85,34 @@ def pss_bytes(pid: int) -> int:
     return 0
 
 
-def kernel_queue_depth(queue_num: int) -> int:
+NFQUEUE_PROC = Path("/proc/net/netfilter/nfnetlink_queue")
+
+
+@dataclass(frozen=True, slots=True)
+class KernelQueue:
+    """A queue's line of /proc/net/netfilter/nfnetlink_queue (this network namespace)."""
+
+    depth: int = 0  # packets waiting for a verdict
+    queue_dropped: int = 0  # dropped because the queue held its maximum length
+    user_dropped: int = 0  # dropped because the listener's socket could not take the message
+
+    @property
+    def dropped(self) -> int:
+        return self.queue_dropped + self.user_dropped
+
+
+def kernel_queue(queue_num: int, proc: Path = NFQUEUE_PROC) -> KernelQueue:
+    """The kernel's counters of NFQUEUE `queue_num` since it was bound (zeros if it is not).
+    Columns: number, listener port id, depth, copy mode, copy range, queue dropped, user
+    dropped, last packet id, 1."""
     try:
-        for line in Path("/proc/net/netfilter/nfnetlink_queue").read_text().splitlines():
+        for line in proc.read_text().splitlines():
             cols = line.split()
             if cols and int(cols[0]) == queue_num:
-                return int(cols[2])
+                return KernelQueue(int(cols[2]), int(cols[5]), int(cols[6]))
     except (OSError, ValueError, IndexError):
         pass
-    return 0
+    return KernelQueue()
 
 
 def bound_queues() -> set[int]:
@@ -144,6 +163,7 @@ class SpmDaemon:
         self._last_tick = time.monotonic()
         self._last_packets = 0
         self._last_bytes = 0
+        self._last_dropped = 0
         self._next_eve_stats = 0.0
 
     # --- life cycle -----------------------------------------------------------------------------
@@ -376,10 +396,12 @@ class SpmDaemon:
             cpu = min(100.0, 100.0 * busy / (os.cpu_count() or 1))
         self._last_cpu = ticks
         c = self.counters
+        kernel = kernel_queue(self.queue_num)
         report = {
             "ts": time.time(),
             "cpu": round(cpu, 1),
-            "queue_depth": len(self.pending) + kernel_queue_depth(self.queue_num),
+            "queue_depth": len(self.pending) + kernel.depth,
+            "queue_dropped": kernel.dropped,
             "pps": round((c.packets - self._last_packets) / interval, 1),
             "bps": round(8 * (c.bytes - self._last_bytes) / interval, 1),
             "mem_bytes": sum(pss_bytes(p) for p in pids),
@@ -392,6 +414,17 @@ class SpmDaemon:
     def _tick(self) -> None:
         report = self.load_report()
         self._last_tick = time.monotonic()
+        dropped = report["queue_dropped"]
+        if dropped > self._last_dropped:
+            self._log.warning(
+                "queue %d: the kernel dropped %d packets in the last second (%d since start): "
+                "the queue was full (%d packets) or this process did not read in time",
+                self.queue_num,
+                dropped - self._last_dropped,
+                dropped,
+                self.cfg.queue.length,
+            )
+        self._last_dropped = dropped
         self.dispatcher.expire(time.time())
         if self.cpm is not None and not self.embedded:  # embedded: the owner reports the load
             self.cpm.report_load(report)

@@ -49,7 +49,7 @@ from opengate.errors import ConfigError
 from spm.community_id import community_id_str
 from spm.config import SpmConfig
 from spm.cpm_client import CpmClient
-from spm.daemon import SpmDaemon, bound_queues, cpu_ticks, kernel_queue_depth, pss_bytes
+from spm.daemon import SpmDaemon, bound_queues, cpu_ticks, kernel_queue, pss_bytes
 from spm.eve import EveLog
 from spm.nft import Plan, Plumbing
 
@@ -482,13 +482,13 @@ class SnortDaemon:
                 cpu = min(100.0, 100.0 * busy / (os.cpu_count() or 1))
                 last_ticks, last = ticks, now
                 if cpm is not None:
+                    queues = [kernel_queue(q) for q in self.plumbing.plan.all_queues]
                     cpm.report_load(
                         {
                             "ts": time.time(),
                             "cpu": round(cpu, 1),
-                            "queue_depth": sum(
-                                kernel_queue_depth(q) for q in self.plumbing.plan.all_queues
-                            ),
+                            "queue_depth": sum(q.depth for q in queues),
+                            "queue_dropped": sum(q.dropped for q in queues),
                             "pps": 0.0,
                             "bps": 0.0,
                             "mem_bytes": sum(pss_bytes(p) for p in pids),

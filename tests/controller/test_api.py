@@ -89,6 +89,7 @@ def test_load_reports_are_validated(served: tuple[Controller, httpx.Client]) -> 
         "ts": 1.0,
         "cpu": 50,
         "queue_depth": 0,
+        "queue_dropped": 7,
         "pps": 1,
         "bps": 2,
         "mem_bytes": 3,
@@ -109,10 +110,15 @@ def test_load_reports_are_validated(served: tuple[Controller, httpx.Client]) -> 
         422,
         "cpu is a percentage, got 500.0",
     )
+    negative = client.post("/api/v1/spm/spm1/load", json={**ok, "queue_dropped": -1})
+    assert negative.status_code == 422
+    assert negative.json()["detail"][0]["loc"] == ["body", "queue_dropped"]
     spms = client.get("/api/v1/spms").json()["spms"]
     assert spms["spm1"]["report"]["flows"] == 4
+    assert spms["spm1"]["report"]["queue_dropped"] == 7
     metrics = client.get("/metrics").text
     assert 'opengate_spm_weight{spm="spm1"} 4.0' in metrics
+    assert 'opengate_spm_queue_dropped{spm="spm1"} 7.0' in metrics
 
 
 def test_drop_alert_blocks_the_flow_and_is_stored(

@@ -285,7 +285,9 @@ def test_opengate_commands_print_what_opengate_prints(consoles: Consoles) -> Non
     assert next(row for row in sessions if web.search(row)).split()[-1] == "exact", sessions
     assert re.fullmatch(r"\(\d+ of \d+\)", sessions[-1]), sessions
     spms = lines(console.command("spms"))
-    assert spms[0].split() == ["SPM", "PORT", "STATUS", "WEIGHT", "CPU%", "QUEUE", "FLOWS"]
+    assert spms[0].split() == [
+        "SPM", "PORT", "STATUS", "WEIGHT", "CPU%", "QUEUE", "DROPPED", "FLOWS",
+    ]  # fmt: skip
     assert [row.split()[:3] for row in spms[1:]] == [["spm1", "3", "up"], ["spm2", "4", "up"]]
     status = console.command("status")
     assert status.startswith("policy: version ") and "npm1" in status, status

@@ -441,6 +441,7 @@ def test_load_reports_reach_the_cpm_with_the_token(rig: Rig) -> None:
         "ts",
         "cpu",
         "queue_depth",
+        "queue_dropped",
         "pps",
         "bps",
         "mem_bytes",
@@ -452,6 +453,31 @@ def test_load_reports_reach_the_cpm_with_the_token(rig: Rig) -> None:
         paths_auth = {(p, a) for p, a, _b in rig.cpm.requests}
     name = rig.config.read_text().split("\n")[0].split(": ")[1]
     assert (f"/api/v1/spm/{name}/load", f"Bearer {TOKEN}") in paths_auth
+
+
+def test_packets_the_kernel_queue_drops_are_counted_and_reported(rig: Rig) -> None:
+    """With the SPM stopped, the kernel queue (1,024 packets) fills and drops the rest: the
+    drops reach the CPM in the load reports and the SPM's log says so once it runs again."""
+    flow = rig.conversation()
+    sent = 1024 + 40
+    os.kill(rig.proc.pid, signal.SIGSTOP)
+    try:
+        rig.send(TAGS[0], [flow.pkt(True, "PA", b"x") for _ in range(sent)])
+    finally:
+        os.kill(rig.proc.pid, signal.SIGCONT)
+
+    def reported() -> int:
+        return max((b.get("queue_dropped", 0) for b in rig.cpm.bodies("/load")), default=0)
+
+    def drained() -> bool:  # the queued packets handled, so the tests after start afresh
+        rig.collect()
+        report = rig.cpm.bodies("/load")[-1]
+        return bool(report.get("queue_dropped", 0) >= 40 and report["queue_depth"] == 0)
+
+    wait_for("a load report with the drops", lambda: reported() >= 40, 15)
+    wait_for("the warning", lambda: "the kernel dropped" in rig.log.read_text(), 15)
+    wait_for("the queue to drain", drained, 30)
+    assert 40 <= reported() <= sent
 
 
 def test_a_worker_that_dies_is_restarted_and_traffic_still_flows(rig: Rig) -> None:
