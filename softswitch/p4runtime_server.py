@@ -448,11 +448,12 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
                     continue
                 if not state.pending:
                     state.pending_since = now
-                    started = True
                 state.pending[sample] = None
                 size = state.config.max_list_size
                 if size <= 1 or len(state.pending) >= size:
                     self._flush_digest(did, state, now)
+                elif len(state.pending) == 1:
+                    started = True
         if started:
             self._timer_wake.set()  # its max_timeout may end before the next period
 

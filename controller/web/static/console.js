@@ -170,6 +170,7 @@ function spmRow(spm, withActions) {
     td(number(spm.load * 100, 0) + " %", "num"),
     td(number(report.cpu), "num"),
     td(number(report.queue_depth, 0), "num"),
+    td(number(report.queue_dropped, 0), "num"),
     withActions ? td(number(report.flows, 0), "num") : null);
   if (withActions) {
     const action = spm.drained ? "restore" : "drain";
