@@ -119,7 +119,7 @@ def bound_queues() -> set[int]:
     """The NFQUEUE numbers a process listens on in this network namespace."""
     out: set[int] = set()
     try:
-        for line in Path("/proc/net/netfilter/nfnetlink_queue").read_text().splitlines():
+        for line in NFQUEUE_PROC.read_text().splitlines():
             cols = line.split()
             if cols:
                 out.add(int(cols[0]))
