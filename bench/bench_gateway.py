@@ -24,7 +24,7 @@ import yaml
 
 from opengate.target import repo_root, select_target
 from spm.replay import find_snort_binary
-from topo.model import ENGINE_ENV, load_topology
+from topo.model import ENGINE_ENV, load_topology, without_inspection
 from topo.net import GatewayNetwork
 
 OUT1 = "198.51.100.20"
@@ -33,14 +33,12 @@ OUT1 = "198.51.100.20"
 def policy_without_inspection(policy: Path, folder: Path) -> Path:
     """The example policy with every class left uninspected (no chain)."""
     folder.mkdir(parents=True, exist_ok=True)
-    data = yaml.safe_load(policy.read_text())
-    for item in data.get("classes", []):
-        item.pop("chain", None)
-    rules = data.get("ids", {}).get("rules")
+    text = without_inspection(policy.read_text())
+    rules = yaml.safe_load(text).get("ids", {}).get("rules")
     if rules:
         shutil.copyfile(policy.parent / rules, folder / Path(rules).name)
     target = folder / "policy-no-inspection.yaml"
-    target.write_text(yaml.safe_dump(data, sort_keys=False))
+    target.write_text(text)
     return target
 
 

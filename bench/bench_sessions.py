@@ -1,6 +1,7 @@
 """TCP connect time through the gateway in Mininet (h1 -> out1:80, each a new connection), with
-sessions made by the data plane (routed: the example policy without masquerade; masqueraded: the
-example policy) and by the controller (the example policy with `data_plane_ports: off`), beside the
+sessions made by the data plane (routed: the example policy without masquerade, with its exact
+entries always written or on demand, inspected by the SPMs or not; masqueraded: the example
+policy) and by the controller (the example policy with `data_plane_ports: off`), beside the
 round trip of a datagram on a flow whose session already exists (UDP echo, the same path through
 the NPM and an SPM); and connections through the example policy's port forward (out1 ->
 198.51.100.1:8080 -> h1:80), carried by the data plane or, with `data_plane_ports: off`, by the
@@ -26,6 +27,7 @@ from topo.model import (
     load_topology,
     with_controller_nat,
     with_entries_on_demand,
+    without_inspection,
     without_masquerade,
 )
 from topo.net import GatewayNetwork
@@ -124,6 +126,16 @@ def main(argv: list[str] | None = None) -> int:
             (
                 "routed, exact entries on demand",
                 with_entries_on_demand(without_masquerade(running["text"])),
+                "the data plane",
+            ),
+            (
+                "routed, no inspection",
+                without_inspection(without_masquerade(running["text"])),
+                "the data plane",
+            ),
+            (
+                "routed, no inspection, exact entries on demand",
+                with_entries_on_demand(without_inspection(without_masquerade(running["text"]))),
                 "the data plane",
             ),
             ("masqueraded", running["text"], "the data plane"),

@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from opengate.errors import ConfigError
 from opengate.yamlconf import (
     Reader,
@@ -235,3 +237,18 @@ def without_masquerade(policy_text: str) -> str:
     if routed == policy_text:
         raise ConfigError("the policy has no masquerade block to remove")
     return routed
+
+
+def without_inspection(policy_text: str) -> str:
+    """A policy's text with no chain on any class: nothing goes to an SPM (the benchmarks
+    compare it with the inspected policy)."""
+    data = yaml.safe_load(policy_text)
+    classes = data.get("classes") if isinstance(data, dict) else None
+    if not isinstance(classes, list) or not any(
+        isinstance(c, dict) and "chain" in c for c in classes
+    ):
+        raise ConfigError("the policy has no class with a chain to remove")
+    for item in classes:
+        if isinstance(item, dict):
+            item.pop("chain", None)
+    return str(yaml.safe_dump(data, sort_keys=False))

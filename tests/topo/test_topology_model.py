@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from opengate.errors import ConfigError
 from opengate.target import repo_root
-from topo.model import load_topology
+from topo.model import load_topology, without_inspection
 
 GOOD = """\
 name: t
@@ -100,3 +101,18 @@ def test_two_npms_with_one_device_id_are_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="NPM device_ids must differ"):
         load_topology(_write(tmp_path, text), root=tmp_path)
+
+
+def test_without_inspection_removes_every_chain_and_keeps_the_rest() -> None:
+    """The benchmarks' policy without inspection: no class keeps a chain, the rest is as it was;
+    a policy with nothing to remove is refused."""
+    text = (repo_root() / "controller" / "examples" / "gateway.yaml").read_text()
+    original = yaml.safe_load(text)
+    plain = yaml.safe_load(without_inspection(text))
+    assert any("chain" in c for c in original["classes"]), "nothing to test"
+    assert not any("chain" in c for c in plain["classes"])
+    for c in original["classes"]:
+        c.pop("chain", None)
+    assert plain == original
+    with pytest.raises(ConfigError, match="no class with a chain"):
+        without_inspection(without_inspection(text))
