@@ -35,6 +35,7 @@ from topo.model import (
     load_topology,
     with_controller_nat,
     with_entries_on_demand,
+    without_inspection,
     without_masquerade,
 )
 from topo.net import GatewayNetwork
@@ -44,6 +45,7 @@ CPU_TOP = 10  # processes listed per flood
 POLICIES = {
     "routed": "routed (data-plane sessions)",
     "ondemand": "routed, exact entries on demand",
+    "plain": "routed, no inspection",
     "npm": "masqueraded by the NPM",
     "cpm": "masqueraded by the CPM",
 }
@@ -54,6 +56,7 @@ def policy_variants(text: str) -> dict[str, str]:
     return {
         "routed": without_masquerade(text),
         "ondemand": with_entries_on_demand(without_masquerade(text)),
+        "plain": without_inspection(without_masquerade(text)),
         "npm": text,
         "cpm": with_controller_nat(text),
     }

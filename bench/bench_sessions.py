@@ -2,10 +2,11 @@
 sessions made by the data plane (routed: the example policy without masquerade, with its exact
 entries always written or on demand, inspected by the SPMs or not; masqueraded: the example
 policy) and by the controller (the example policy with `data_plane_ports: off`), beside the
-round trip of a datagram on a flow whose session already exists (UDP echo, the same path through
-the NPM and an SPM); and connections through the example policy's port forward (out1 ->
-198.51.100.1:8080 -> h1:80), carried by the data plane or, with `data_plane_ports: off`, by the
-controller.
+round trips on flows whose sessions already exist (ICMP echo, answered by out1's kernel as a SYN
+is, and UDP echo, answered by a process; the same path through the NPM and an SPM), taken in
+turn with the connections so that all see the same background work; and connections through
+the example policy's port forward (out1 -> 198.51.100.1:8080 -> h1:80), carried by the data
+plane or, with `data_plane_ports: off`, by the controller.
 
     sudo .venv/bin/python -m bench.bench_sessions [--connections 200]
 
@@ -36,62 +37,94 @@ OUT1 = "198.51.100.20"
 GATEWAY_OUTSIDE = "198.51.100.1"
 
 # Run on h1: N new connections, each timed from connect() to established; or N round trips of
-# a UDP datagram to out1's echo service on one flow whose session already exists.
+# a UDP datagram to out1's echo service on one flow whose session already exists; or ("paired")
+# a new connection, then a round trip on an existing ICMP echo flow and one on the UDP echo
+# flow, N times in turn, so that all see the same background: the CPM's work for the connections
+# made so far (their digests, entries, closes) runs beside each. An ICMP echo is answered by
+# out1's kernel, as a SYN is; the UDP echo by a process there, which must first be woken.
 CLIENT = r"""
-import json, socket, sys, time
+import json, os, socket, struct, sys, time
 host, n, mode, port = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-out = []
-if mode == "connect":
-    for _ in range(n):
-        s = socket.socket()
-        s.settimeout(10)
-        t = time.perf_counter()
-        try:
-            s.connect((host, port))
-            out.append(time.perf_counter() - t)
-        except OSError:
-            out.append(None)
+
+def connect():
+    s = socket.socket()
+    s.settimeout(10)
+    t = time.perf_counter()
+    try:
+        s.connect((host, port))
+        return time.perf_counter() - t
+    except OSError:
+        return None
+    finally:
         s.close()
-else:
+
+def echo_flow():
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.settimeout(5)
     s.connect((host, 7))
     s.send(b"first")
     s.recv(2048)
-    for _ in range(n):
+    return s
+
+def round_trip(s):
+    t = time.perf_counter()
+    s.send(b"ping")
+    try:
+        s.recv(2048)
+        return time.perf_counter() - t
+    except OSError:
+        return None
+
+def checksum(data):
+    total = sum(struct.unpack("!%dH" % (len(data) // 2), data))
+    total = (total & 0xFFFF) + (total >> 16)
+    return ~((total & 0xFFFF) + (total >> 16)) & 0xFFFF
+
+class Pinger:
+    # ICMP echo requests with one identifier: one flow, whose session the first one makes.
+    def __init__(self):
+        self.s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+        self.ident, self.seq = os.getpid() & 0xFFFF, 0
+        if self.ping() is None:
+            raise SystemExit("no answer to the first ICMP echo request")
+
+    def ping(self, timeout=5.0):
+        self.seq = (self.seq + 1) & 0xFFFF
+        body = struct.pack("!BBHHH", 8, 0, 0, self.ident, self.seq) + b"opengate-bench!!"
+        body = body[:2] + struct.pack("!H", checksum(body)) + body[4:]
         t = time.perf_counter()
-        s.send(b"ping")
-        try:
-            s.recv(2048)
-            out.append(time.perf_counter() - t)
-        except OSError:
-            out.append(None)
+        self.s.sendto(body, (host, 0))
+        while True:
+            left = timeout - (time.perf_counter() - t)
+            if left <= 0:
+                return None
+            self.s.settimeout(left)
+            try:
+                data = self.s.recv(2048)
+            except OSError:
+                return None
+            icmp = data[(data[0] & 0x0F) * 4:]
+            if icmp[0] == 0 and struct.unpack("!HH", icmp[4:8]) == (self.ident, self.seq):
+                return time.perf_counter() - t
+
+if mode == "connect":
+    out = [connect() for _ in range(n)]
+elif mode == "request":
+    s = echo_flow()
+    out = [round_trip(s) for _ in range(n)]
+else:
+    s, pinger = echo_flow(), Pinger()
+    out = {"connect": [], "icmp": [], "udp": []}
+    for _ in range(n):
+        out["connect"].append(connect())
+        out["icmp"].append(pinger.ping())
+        out["udp"].append(round_trip(s))
 print(json.dumps(out))
 """
 
 
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
-
-
-def measure(
-    network: GatewayNetwork,
-    n: int,
-    mode: str,
-    client: str = "h1",
-    server: tuple[str, int] = (OUT1, 80),
-) -> dict[str, Any]:
-    path = repo_root() / "run" / "bench-sessions" / "client.py"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(CLIENT)
-    host, port = server
-    result = network.run(
-        client, f"{sys.executable} {path} {host} {n} {mode} {port}", timeout=n * 12 + 60
-    )
-    if result.returncode != 0:
-        return {"error": result.output.strip().splitlines()[-1:] or ["client failed"]}
-    times = json.loads(result.output.strip().splitlines()[-1])
+def summary(times: list[float | None]) -> dict[str, Any]:
+    """p50 / p99 / max in ms of the times (seconds; None: failed), failures and stalls."""
     ok = [t * 1000 for t in times if t is not None]
     if not ok:
         return {"error": ["no connection succeeded"]}
@@ -106,6 +139,49 @@ def measure(
     }
 
 
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def run_client(
+    network: GatewayNetwork, n: int, mode: str, client: str, server: tuple[str, int]
+) -> Any:
+    """The client's output (its JSON), or a dict with "error"."""
+    path = repo_root() / "run" / "bench-sessions" / "client.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(CLIENT)
+    host, port = server
+    result = network.run(
+        client, f"{sys.executable} {path} {host} {n} {mode} {port}", timeout=n * 24 + 60
+    )
+    if result.returncode != 0:
+        return {"error": result.output.strip().splitlines()[-1:] or ["client failed"]}
+    return json.loads(result.output.strip().splitlines()[-1])
+
+
+def measure(
+    network: GatewayNetwork,
+    n: int,
+    mode: str,
+    client: str = "h1",
+    server: tuple[str, int] = (OUT1, 80),
+) -> dict[str, Any]:
+    """`n` new connections (`mode` "connect") or round trips on one existing flow ("request")."""
+    out = run_client(network, n, mode, client, server)
+    return out if isinstance(out, dict) else summary(out)
+
+
+def measure_paired(network: GatewayNetwork, n: int) -> dict[str, dict[str, Any]]:
+    """`n` new connections from h1 to out1:80, each followed by a round trip on one existing
+    ICMP echo flow and one on one existing UDP echo flow: their summaries, by "connect", "icmp"
+    and "udp"."""
+    out = run_client(network, n, "paired", "h1", (OUT1, 80))
+    if "error" in out:
+        return {"connect": out, "icmp": out, "udp": out}
+    return {k: summary(v) for k, v in out.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connections", type=int, default=200)
@@ -118,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = root / "run" / "bench-sessions"
     choice = select_target()
     rows: list[tuple[str, dict[str, Any]]] = []
+    pairs: list[tuple[str, dict[str, dict[str, Any]]]] = []
     with GatewayNetwork(spec, run_dir, target=choice) as network:
         running = network.api("GET", "/api/v1/policy")
         path = str(spec.policy)
@@ -143,11 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         for name, text, maker in policies:
             network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": text})
-            for mode, what in (
-                ("connect", f"session made by {maker}"),
-                ("request", "round trip on an existing session"),
-            ):
-                rows.append((f"{name}: {what}", measure(network, args.connections, mode)))
+            paired = measure_paired(network, args.connections)
+            pairs.append((name, paired))
+            rows.append((f"{name}: session made by {maker}", paired["connect"]))
+            rows.append((f"{name}: ICMP echo on an existing session", paired["icmp"]))
+            rows.append((f"{name}: UDP echo on an existing session", paired["udp"]))
             if not name.startswith("routed"):
                 # The example policy's port forward, out1 -> 198.51.100.1:8080 -> h1:80.
                 forwarded = measure(
@@ -168,6 +245,22 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {name} | {r['n']} | {r['failed']} | {r['p50']:.2f} | {r['p99']:.2f} "
                 f"| {r['max']:.1f} | {r['stalls']} |"
             )
+    print(
+        "\nA new connection's p99 against the round trips on existing sessions taken in turn "
+        "with it (an ICMP echo flow is not inspected by the example policy's SPMs, the UDP "
+        "echo flow is):\n"
+    )
+    print("| policy | new connection p99 ms | ICMP echo p99 ms | UDP echo p99 ms | ratios |")
+    print("|---|---:|---:|---:|---|")
+    for name, paired in pairs:
+        new, icmp, udp = paired["connect"], paired["icmp"], paired["udp"]
+        if any("error" in r for r in (new, icmp, udp)):
+            print(f"| {name} | failed | | | |")
+            continue
+        print(
+            f"| {name} | {new['p99']:.2f} | {icmp['p99']:.2f} | {udp['p99']:.2f} "
+            f"| {new['p99'] / icmp['p99']:.1f}x / {new['p99'] / udp['p99']:.1f}x |"
+        )
     for name, r in rows:
         if r.get("stalled"):
             print(f"\n{name}: over 900 ms at attempts {r['stalled']} (0 = the first)")
