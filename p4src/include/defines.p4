@@ -112,10 +112,11 @@ const bit<32> FLOW_EVENT_COUNT     = 13;
 
 // Layout of a slot's state word: protocol, flags, class.
 const bit<32> FLOW_STATE_VALID     = 0x100;  // the slot holds a flow
-const bit<32> FLOW_STATE_INSTALLED = 0x200;  // its exact-match entries have been hit
+const bit<32> FLOW_STATE_INSTALLED = 0x200;  // its original direction's exact entry has been hit
 const bit<32> FLOW_STATE_CLOSING   = 0x400;  // FIN or RST seen
 const bit<32> FLOW_STATE_NAT       = 0x800;  // masqueraded: the slot's index is its public port
 const bit<32> FLOW_STATE_DNAT      = 0x1000; // port-forwarded: keyed by its public end
+const bit<32> FLOW_STATE_INSTALLED_REPLY = 0x2000; // its reply direction's exact entry has been hit
 
 // A tick of data-plane time: the shell's microsecond timestamp >> 10.
 const bit<32> FLOW_TICK_US = 1024;

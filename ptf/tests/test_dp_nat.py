@@ -316,6 +316,38 @@ class ExactEntriesKeepThePort(DataPlaneNatTest):
         self.assertEqual(self.events(pc.FLOW_EVENT_NAT_REVERSE), 0)
 
 
+class ReplyTranslatedWhileOnlyTheOriginalEntryExists(DataPlaneNatTest):
+    """The original direction's exact entry may carry packets before the reply's exists (the
+    controller's updates are applied one by one): a reply then is still translated back by the
+    slot, not taken for a flow the controller ended."""
+
+    def runTest(self) -> None:
+        self.classify_everything()
+        self.masquerade_in_data_plane()
+        port = self.opened(refresh(tcp_packet(flags="S")))
+        forward_entry = self.session_entry(
+            HOST_IN,
+            HOST_OUT,
+            6,
+            40000,
+            80,
+            nat_kind=pc.NAT_REWRITE_SRC,
+            nat_addr=GW_OUT_IP,
+            nat_port=port,
+        )
+        self.client.insert([self.schema.encode_entry(forward_entry)])
+        data = refresh(tcp_packet(flags="A"))
+        testutils.send_packet(self, INSIDE, bytes(data))
+        expected = routed(masqueraded(data, port), OUTSIDE, HOST_OUT_MAC)
+        testutils.verify_packet(self, expected, OUTSIDE)
+        self.wait_for(
+            "the exact entry to count the packet", lambda: self.direct_counter(forward_entry)[0]
+        )
+        self.answered(answer_tcp(port, flags="A"), 40000)
+        self.assertEqual(self.events(pc.FLOW_EVENT_RETIRED), 0)
+        self.wait_events(pc.FLOW_EVENT_NAT_REVERSE, 1)
+
+
 class InspectedMasqueradedFlow(DataPlaneNatTest):
     """With an SPM: the opening packet goes to it as sent (the SPM sees inside addresses) and is
     masqueraded when it comes back; the reply is translated before the SPM, tagged NAT-done, and

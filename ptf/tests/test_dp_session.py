@@ -269,7 +269,8 @@ class ResetClosesTheSlot(DataPlaneSessionTest):
 
 class ControllerRemovalRetiresTheSlot(DataPlaneSessionTest):
     """Once the exact entries carried the flow, their removal ends it in the data plane too:
-    the next packet finds no entry, the slot is freed (retired) and the packet is dropped."""
+    the next packet of a direction whose entry carried one finds no entry, the slot is freed
+    (retired) and the packet is dropped; so is the other direction's after it."""
 
     def runTest(self) -> None:
         self.classify_everything()
@@ -283,9 +284,39 @@ class ControllerRemovalRetiresTheSlot(DataPlaneSessionTest):
             lambda: self.direct_counter(self.session_entry(HOST_IN, HOST_OUT, 6, 40000, 80))[0],
         )
         self.client.delete([forward, back])
+        self.assert_dropped(INSIDE, bytes(refresh(tcp_packet(flags="A"))), pc.DROP_NO_SESSION)
+        self.assertEqual(self.events(pc.FLOW_EVENT_RETIRED), 1)
+        self.assert_dropped(OUTSIDE, bytes(reply(flags="A")), pc.DROP_NO_SESSION)
+        self.assertEqual(self.events(pc.FLOW_EVENT_HIT), 0)
+
+
+class ReplyAdmittedWhileOnlyTheOriginalEntryExists(DataPlaneSessionTest):
+    """The controller's two entries of a session do not appear at once (one Write's updates are
+    applied one by one): a packet may hit the original direction's entry before the reply's
+    exists. The reply is then still admitted by the slot, not taken for a flow the controller
+    ended; once the reply's own entry has carried a packet, its removal retires the slot."""
+
+    def runTest(self) -> None:
+        self.classify_everything()
+        self.forwarded(INSIDE, refresh(tcp_packet(flags="S")), OUTSIDE, HOST_OUT_MAC)
+        forward_entry = self.session_entry(HOST_IN, HOST_OUT, 6, 40000, 80)
+        forward = self.schema.encode_entry(forward_entry)
+        back = self.schema.encode_entry(self.session_entry(HOST_OUT, HOST_IN, 6, 80, 40000))
+        self.client.insert([forward])
+        self.forwarded(INSIDE, refresh(tcp_packet(flags="A")), OUTSIDE, HOST_OUT_MAC)
+        self.wait_for(
+            "the exact entry to count the packet", lambda: self.direct_counter(forward_entry)[0]
+        )
+        self.forwarded(OUTSIDE, reply(flags="A"), INSIDE, HOST_IN_MAC)
+        self.assertEqual(self.events(pc.FLOW_EVENT_RETIRED), 0)
+        self.wait_events(pc.FLOW_EVENT_HIT, 1)  # the reply, by the slot
+        self.client.insert([back])
+        self.forwarded(OUTSIDE, reply(flags="PA"), INSIDE, HOST_IN_MAC)
+        self.client.delete([forward, back])
         self.assert_dropped(OUTSIDE, bytes(reply(flags="A")), pc.DROP_NO_SESSION)
         self.assertEqual(self.events(pc.FLOW_EVENT_RETIRED), 1)
-        self.assertEqual(self.events(pc.FLOW_EVENT_HIT), 0)
+        self.assert_dropped(INSIDE, bytes(refresh(tcp_packet(flags="A"))), pc.DROP_NO_SESSION)
+        self.assertEqual(self.events(pc.FLOW_EVENT_HIT), 1)
 
 
 class InspectedReplyFollowsTheSlotsSpm(DataPlaneSessionTest):

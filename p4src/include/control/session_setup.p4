@@ -12,9 +12,12 @@
 //   installs the exact-match entries (counters, idle timeout, block, bypass) off the critical path.
 // - Both candidates held by other live flows is a collision: the packet takes the controller path, as
 //   before data-plane sessions (digest, and the reply waits for the exact entries). Counted.
-// - Once the flow's exact entries are hit, the slot is marked installed and only refreshed; if a
-//   packet later finds the slot but no exact entry, the controller has removed the session (idle,
-//   close, block expiry, API): the slot is freed and the packet is handled as a miss.
+// - Once a direction's exact entry is hit, the slot is marked installed for that direction and
+//   only refreshed by it; if a packet of that direction later finds the slot but no exact
+//   entry, the controller has removed the session (idle, close, block expiry, API): the slot is
+//   freed and the packet is handled as a miss. Per direction, because the controller's two
+//   entries do not appear at once: the original's may carry packets before the reply's exists,
+//   and the reply must still be admitted by the slot then.
 // - Ageing: a slot older than its protocol's idle time (flow_ageing, set by the controller from
 //   the policy's timeouts), or than the closing linger after a FIN or RST, is free to reclaim.
 // - Masquerade (snat_rule's masquerade_dp): a masqueraded flow lives in one of the first
@@ -164,11 +167,13 @@ control NatReverse(inout headers_t hdr, inout local_metadata_t meta) {
                 // The reply: from the flow's remote end and port.
                 mine = mine && k_dst == hdr.ipv4.src_addr && k_ports[15:0] == meta.l4_sport;
             }
+            // This direction's "installed" flag (see the top of this file).
+            bit<32> installed = forward ? FLOW_STATE_INSTALLED : FLOW_STATE_INSTALLED_REPLY;
             if (mine && meta.now - seen <= limit) {
                 if (meta.session_hit == 1) {
                     // Its exact entries carry it: the slot, and with it the port, stays taken.
                     if (meta.drop_session == 0) {
-                        state = state | FLOW_STATE_INSTALLED;
+                        state = state | installed;
                         if (hdr.tcp.isValid() && (hdr.tcp.flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) != 0
                                 && (state & FLOW_STATE_CLOSING) == 0) {
                             state = state | FLOW_STATE_CLOSING;
@@ -177,8 +182,8 @@ control NatReverse(inout headers_t hdr, inout local_metadata_t meta) {
                         flow_state.write(slot, state);
                         flow_seen.write(slot, meta.now);
                     }
-                } else if ((state & FLOW_STATE_INSTALLED) != 0) {
-                    // Its exact entries were there and are gone: the controller ended it.
+                } else if ((state & installed) != 0) {
+                    // Its exact entry was there and is gone: the controller ended it.
                     flow_state.write(slot, 0);
                     OG_COUNT(flow_event_counter, FLOW_EVENT_RETIRED);
                 } else if (!forward) {
@@ -227,7 +232,8 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
     // forwarded) and whether it is alive.
     @hidden
     action probe(in flow_slot_t index, in bit<32> src, in bit<32> dst, in bit<32> ports,
-                 in bit<32> want_nat, out bit<32> state, out bool mine, out bool live) {
+                 in bit<32> want_nat, out bit<32> state, out bool mine, out bool live,
+                 out bool original) {
         bit<32> k_src;
         bit<32> k_dst;
         bit<32> k_ports;
@@ -238,10 +244,10 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         flow_key_ports.read(k_ports, index);
         flow_seen.read(seen, index);
         bit<32> reversed = ports[15:0] ++ ports[31:16];
+        original = k_src == src && k_dst == dst && k_ports == ports;
         mine = (state & FLOW_STATE_VALID) != 0 && state[7:0] == hdr.ipv4.protocol
             && (state & (FLOW_STATE_NAT | FLOW_STATE_DNAT)) == want_nat
-            && ((k_src == src && k_dst == dst && k_ports == ports)
-                || (k_src == dst && k_dst == src && k_ports == reversed));
+            && (original || (k_src == dst && k_dst == src && k_ports == reversed));
         flow_ticks_t limit = (state & FLOW_STATE_CLOSING) != 0
             ? meta.flow_closing_ticks : meta.flow_idle_ticks;
         live = (state & FLOW_STATE_VALID) != 0 && meta.now - seen <= limit;
@@ -319,6 +325,8 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         bit<32> state1 = 0;
         bool mine0 = false;
         bool mine1 = false;
+        bool original0 = false;
+        bool original1 = false;
         bool live0 = false;
         bool live1 = false;
         bit<32> ports = k_sport ++ k_dport;
@@ -342,8 +350,8 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             }
         }
         if (eligible || returned_nat || reverse) {
-            probe(slot0, k_src, k_dst, ports, want_nat, state0, mine0, live0);
-            probe(slot1, k_src, k_dst, ports, want_nat, state1, mine1, live1);
+            probe(slot0, k_src, k_dst, ports, want_nat, state0, mine0, live0, original0);
+            probe(slot1, k_src, k_dst, ports, want_nat, state1, mine1, live1, original1);
         }
         // The flow's own live slot, if it has one.
         bool on0 = mine0 && live0;
@@ -351,12 +359,16 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         bit<32> state = state1;
         bool mine = mine1;
         bool live = live1;
+        bool original = original1;
         if (on0) {
             slot = slot0;
             state = state0;
             mine = mine0;
             live = live0;
+            original = original0;
         }
+        // The packet's direction's "installed" flag (see the top of this file).
+        bit<32> installed = original ? FLOW_STATE_INSTALLED : FLOW_STATE_INSTALLED_REPLY;
 
         if (returned_nat && mine && live) {
             // After its SPM: the original direction of a masqueraded flow is rewritten now.
@@ -368,9 +380,10 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             meta.nat_addr = nat[63:32];
             meta.nat_port = nat[31:16];
         } else if (eligible && mine && live && meta.session_hit == 1) {
-            // The exact entries carry the flow: keep the slot alive and note that they exist.
+            // The exact entries carry the flow: keep the slot alive and note that this
+            // direction's exists.
             if (meta.drop_session == 0) {
-                state = state | FLOW_STATE_INSTALLED;
+                state = state | installed;
                 if (closing_packet && (state & FLOW_STATE_CLOSING) == 0) {
                     state = state | FLOW_STATE_CLOSING;
                     OG_COUNT(flow_event_counter, FLOW_EVENT_CLOSING);
@@ -378,8 +391,9 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                 flow_state.write(slot, state);
                 flow_seen.write(slot, meta.now);
             }
-        } else if (eligible && mine && live && (state & FLOW_STATE_INSTALLED) != 0) {
-            // Its exact entries were there and are gone: the controller ended the session.
+        } else if (eligible && mine && live && (state & installed) != 0) {
+            // This direction's exact entry was there and is gone: the controller ended the
+            // session.
             flow_state.write(slot, 0);
             OG_COUNT(flow_event_counter, FLOW_EVENT_RETIRED);
             if (on0) {
