@@ -12,16 +12,21 @@ admitted by the session slot of its previous pass): `process` in a loop on the P
 C loop on the native path. Every packet is checked to leave on the outside port first.
 
     .venv/bin/python -m bench.bench_hybrid [--seconds S] [--sizes 100,1000,0] [--no-e2e]
+        [--targets soft,bmv2] [--repeat N] [--bisections B]
 
 (0: the whole set.) As root, also through veths on the software switch and on BMv2 (when
-simple_switch_grpc is on PATH), `bench_softswitch`'s method: a paced load from the inside peer,
-the highest rate the switch keeps up with. About two minutes in process, fifteen with veths.
+simple_switch_grpc is on PATH; `--targets` picks), `bench_softswitch`'s method: a paced load
+from the inside peer, the highest rate the switch keeps up with (doubling, then `--bisections`
+halvings). The search through veths varies by about a quarter from run to run, so `--repeat N`
+makes N searches on the same switch and tables, one after the other, and reports their median
+(and the range). About two minutes in process, fifteen with veths and one search each.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -30,6 +35,7 @@ from pathlib import Path
 from finsy.proto import p4r
 
 from bench.bench_softswitch import (
+    BISECTIONS,
     PAIRS,
     TRIAL_SECONDS,
     WRITE_BATCH,
@@ -93,10 +99,34 @@ def rate(build: Path, entries: list[TableEntry], frames: list[bytes], seconds: f
         server.stop()
 
 
+@dataclass(frozen=True)
+class VethRate:
+    """The searches' results (packets/s; None: a search found no rate kept up with)."""
+
+    rates: tuple[float | None, ...]
+
+    @property
+    def median(self) -> float | None:
+        found = sorted(r for r in self.rates if r is not None)
+        return statistics.median(found) if found else None
+
+    def spread(self) -> str:
+        found = [r for r in self.rates if r is not None]
+        if len(self.rates) < 2 or not found:
+            return ""
+        return f" ({min(found):,.0f}-{max(found):,.0f})"
+
+
 def veth_rate(
-    choice: TargetChoice, build: Path, entries: list[TableEntry], frames: list[bytes]
-) -> float | None:
-    """Through veths (bench_softswitch's method): the highest rate the switch keeps up with."""
+    choice: TargetChoice,
+    build: Path,
+    entries: list[TableEntry],
+    frames: list[bytes],
+    repeat: int = 1,
+    bisections: int = BISECTIONS,
+) -> VethRate:
+    """Through veths (bench_softswitch's method): the highest rate the switch keeps up with,
+    searched `repeat` times on one switch."""
     schema, updates = _updates(build, entries)
     log = repo_root() / "run" / "bench" / f"hybrid-{choice.target.value}.log"
     with (
@@ -107,8 +137,11 @@ def veth_rate(
         client.set_pipeline(schema.p4info, (build / "opengate.json").read_bytes())
         for i in range(0, len(updates), WRITE_BATCH):
             client.write(updates[i : i + WRITE_BATCH])
-        good, _bad = highest_rate(frames)
-        return good.received / TRIAL_SECONDS if good is not None else None
+        found = []
+        for _ in range(repeat):
+            good, _bad = highest_rate(frames, bisections=bisections)
+            found.append(good.received / TRIAL_SECONDS if good is not None else None)
+        return VethRate(tuple(found))
 
 
 @dataclass
@@ -117,9 +150,17 @@ class Measured:
     how: str
     compile_seconds: float
     pps: dict[str, tuple[float | None, float | None]]  # where -> (default build, naive profile)
+    spread: dict[str, tuple[str, str]]  # where -> the searches' range, when repeated
 
 
-def measure(rules: list[AclRule], seconds: float, targets: list[TargetChoice]) -> Measured:
+def measure(
+    rules: list[AclRule],
+    seconds: float,
+    targets: list[TargetChoice],
+    in_process: bool = True,
+    repeat: int = 1,
+    bisections: int = BISECTIONS,
+) -> Measured:
     frames = miss_frames(rules, 1000)
     started = time.perf_counter()
     hybrid = compile_tables(rules, [], fallback=False)
@@ -132,18 +173,23 @@ def measure(rules: list[AclRule], seconds: float, targets: list[TargetChoice]) -
     default_build, naive_build = p4_build_dir(), p4_build_dir() / "naive_acl"
     hybrid_entries = list(hybrid.entries)
     naive_entries = list(compile_naive(rules, []).entries)
-    pps: dict[str, tuple[float | None, float | None]] = {
-        "software switch, in process": (
+    pps: dict[str, tuple[float | None, float | None]] = {}
+    spread: dict[str, tuple[str, str]] = {}
+    if in_process:
+        pps["software switch, in process"] = (
             rate(default_build, hybrid_entries, frames, seconds),
             rate(naive_build, naive_entries, frames, seconds),
         )
-    }
+        spread["software switch, in process"] = ("", "")
     for choice in targets:
-        pps[f"{choice.target.value}, through veths"] = (
-            veth_rate(choice, default_build, hybrid_entries, frames),
-            veth_rate(choice, naive_build, naive_entries, frames),
+        where = f"{choice.target.value}, through veths"
+        hybrid_rate, naive_rate = (
+            veth_rate(choice, build, entries, frames, repeat, bisections)
+            for build, entries in ((default_build, hybrid_entries), (naive_build, naive_entries))
         )
-    return Measured(len(rules), how, compile_seconds, pps)
+        pps[where] = (hybrid_rate.median, naive_rate.median)
+        spread[where] = (hybrid_rate.spread(), naive_rate.spread())
+    return Measured(len(rules), how, compile_seconds, pps, spread)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,7 +197,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="each measurement")
     parser.add_argument("--sizes", default="100,1000,0", help="rule counts (0: all)")
     parser.add_argument("--no-e2e", action="store_true", help="in process only")
+    parser.add_argument(
+        "--targets", default="soft,bmv2", help="through veths on these (soft, bmv2)"
+    )
+    parser.add_argument("--no-in-process", action="store_true", help="through veths only")
+    parser.add_argument("--repeat", type=int, default=1, help="rate searches through veths")
+    parser.add_argument("--bisections", type=int, default=BISECTIONS, help="of each search")
     args = parser.parse_args(argv)
+    wanted = {t.strip() for t in args.targets.split(",") if t.strip()}
+    if not wanted <= {"soft", "bmv2"}:
+        parser.error(f"--targets: unknown {', '.join(sorted(wanted - {'soft', 'bmv2'}))}")
+    if args.repeat < 1 or args.bisections < 0:
+        parser.error("--repeat must be at least 1 and --bisections at least 0")
     path = shared_data_dir() / CLASSBENCH
     if not path.is_file():
         print(f"bench_hybrid: skipped, {path} is missing\n")
@@ -163,16 +220,28 @@ def main(argv: list[str] | None = None) -> int:
         if reason:
             notes.append(f"through veths: skipped ({reason})")
         else:
-            targets.append(select_target({**os.environ, "TARGET": "soft"}))
-            try:
-                targets.append(select_target({**os.environ, "TARGET": "bmv2"}))
-            except TargetError:
-                notes.append(f"BMv2: skipped ({BMV2_BINARY} not on PATH)")
+            if "soft" in wanted:
+                targets.append(select_target({**os.environ, "TARGET": "soft"}))
+            if "bmv2" in wanted:
+                try:
+                    targets.append(select_target({**os.environ, "TARGET": "bmv2"}))
+                except TargetError:
+                    notes.append(f"BMv2: skipped ({BMV2_BINARY} not on PATH)")
     everything = parse_classbench(path)
     rows = [
-        measure(everything[:size] if size else everything, args.seconds, targets)
+        measure(
+            everything[:size] if size else everything,
+            args.seconds,
+            targets,
+            not args.no_in_process,
+            args.repeat,
+            args.bisections,
+        )
         for size in (int(s) for s in args.sizes.split(","))
     ]
+    if not rows[0].pps:
+        print("bench_hybrid: nothing to measure (no target through veths, in process off)")
+        return 1
     print(f"Machine: {machine()}  ")
     command = " ".join([".venv/bin/python -m bench.bench_hybrid", *(argv or sys.argv[1:])])
     print(f"Command: `{command}`; HSM-miss path, {CLASSBENCH}, packets/s\n")
@@ -182,9 +251,11 @@ def main(argv: list[str] | None = None) -> int:
         for m in rows:
             hybrid_pps, naive_pps = m.pps[where]
             ratio = f"{hybrid_pps / naive_pps:.2f}x" if hybrid_pps and naive_pps else "-"
+            hybrid_spread, naive_spread = m.spread[where]
             print(
                 f"| {where} | {m.rules:,} | {m.how} | {m.compile_seconds:.1f} s | "
-                f"{_num(hybrid_pps)} | {_num(naive_pps)} | {ratio} |"
+                f"{_num(hybrid_pps)}{hybrid_spread} | {_num(naive_pps)}{naive_spread} "
+                f"| {ratio} |"
             )
         first, last = rows[0].pps[where][0], rows[-1].pps[where][0]
         if first and last:

@@ -426,9 +426,11 @@ def offer(frames: Sequence[bytes], rate: float, seconds: float = TRIAL_SECONDS) 
     return Trial(rate, sent, in_window, received)
 
 
-def highest_rate(frames: Sequence[bytes], start: float = 1000.0) -> tuple[Trial | None, Trial]:
-    """The highest offered rate the switch keeps up with (doubling, then BISECTIONS halvings of
-    the interval), and the lowest rate tried that it did not keep up with."""
+def highest_rate(
+    frames: Sequence[bytes], start: float = 1000.0, bisections: int = BISECTIONS
+) -> tuple[Trial | None, Trial]:
+    """The highest offered rate the switch keeps up with (doubling, then `bisections` halvings
+    of the interval), and the lowest rate tried that it did not keep up with."""
     good: Trial | None = None
     rate = start
     while True:
@@ -441,7 +443,7 @@ def highest_rate(frames: Sequence[bytes], start: float = 1000.0) -> tuple[Trial 
         good = trial
         rate *= 2
     low = good.rate if good else 0.0
-    for _ in range(BISECTIONS):
+    for _ in range(bisections):
         mid = (low + bad.rate) / 2
         if mid < 200:
             break

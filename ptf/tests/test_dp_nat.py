@@ -79,6 +79,20 @@ class DataPlaneNatTest(DataPlaneSessionTest):
             )
         )
 
+    def masqueraded_entry(self, port: int) -> TableEntry:
+        """The controller's exact entry for the original direction of the flow HOST_IN:40000 ->
+        HOST_OUT:80 (TCP) masqueraded as GW_OUT_IP:port."""
+        return self.session_entry(
+            HOST_IN,
+            HOST_OUT,
+            6,
+            40000,
+            80,
+            nat_kind=pc.NAT_REWRITE_SRC,
+            nat_addr=GW_OUT_IP,
+            nat_port=port,
+        )
+
     def opened(self, packet: Packet) -> int:
         """Send an opening packet from the inside; it must leave masqueraded, with a digest that
         names its binding. Returns the public port."""
@@ -274,18 +288,7 @@ class ExactEntriesKeepThePort(DataPlaneNatTest):
         self.masquerade_in_data_plane()
         self.set_ageing(6, idle=600, closing=10)  # about 0.6 s
         port = self.opened(refresh(tcp_packet(flags="S")))
-        forward = self.schema.encode_entry(
-            self.session_entry(
-                HOST_IN,
-                HOST_OUT,
-                6,
-                40000,
-                80,
-                nat_kind=pc.NAT_REWRITE_SRC,
-                nat_addr=GW_OUT_IP,
-                nat_port=port,
-            )
-        )
+        forward = self.schema.encode_entry(self.masqueraded_entry(port))
         back = self.schema.encode_entry(
             self.session_entry(
                 HOST_OUT,
@@ -325,16 +328,7 @@ class ReplyTranslatedWhileOnlyTheOriginalEntryExists(DataPlaneNatTest):
         self.classify_everything()
         self.masquerade_in_data_plane()
         port = self.opened(refresh(tcp_packet(flags="S")))
-        forward_entry = self.session_entry(
-            HOST_IN,
-            HOST_OUT,
-            6,
-            40000,
-            80,
-            nat_kind=pc.NAT_REWRITE_SRC,
-            nat_addr=GW_OUT_IP,
-            nat_port=port,
-        )
+        forward_entry = self.masqueraded_entry(port)
         self.client.insert([self.schema.encode_entry(forward_entry)])
         data = refresh(tcp_packet(flags="A"))
         testutils.send_packet(self, INSIDE, bytes(data))
