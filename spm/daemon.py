@@ -369,7 +369,12 @@ class SpmDaemon:
 
     def _worker_died(self, h: WorkerHandle) -> None:
         assert self.pool is not None and self.nfq is not None
-        self._log.error("worker %d (pid %d) died; restarting it", h.index, h.pid)
+        self._log.error(
+            "worker %d (pid %d) died; restarting it (batches sent to dead workers so far: %d)",
+            h.index,
+            h.pid,
+            self.pool.dead_sends,
+        )
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(h.sock)
         fail = NF_ACCEPT if self.cfg.queue.fail_open else NF_DROP

@@ -96,6 +96,10 @@ class WorkerPool:
     def __init__(self, n: int, make_worker: Callable[[int], Worker]) -> None:
         self.make_worker = make_worker
         self.handles: list[WorkerHandle] = []
+        # Batches for a worker that had died (its socket's peer gone) before the dispatcher
+        # read its end close: dropped, since their packets are still held and its restart
+        # answers them (fail-open or drop).
+        self.dead_sends = 0
         gc.collect()
         gc.freeze()
         for i in range(n):
@@ -146,6 +150,8 @@ class WorkerPool:
             h.sock.send(msg)
         except BlockingIOError:
             return False
+        except OSError:  # the worker is gone: the dispatcher sees its socket close next
+            self.dead_sends += 1
         h.out.clear()
         h.out_bytes = 0
         return True

@@ -142,3 +142,23 @@ def test_time_is_not_wasted_when_idle() -> None:
     pool = WorkerPool(1, lambda i: Worker(SpmConfig(name="t", interface="e", tags=(1,)), index=i))
     pool.stop()
     assert time.monotonic() - start < 5
+
+
+def test_a_batch_for_a_worker_that_just_died_does_not_stop_the_dispatcher() -> None:
+    """The dispatcher may give packets to a worker that has died before it reads the worker's
+    end of the socket close (both in one turn of its loop, under load). Sending that batch
+    fails (the peer is gone): the pool drops it, for the packets are still held and the
+    restart answers them, instead of raising out of the dispatcher's loop."""
+    cfg = SpmConfig(name="t", interface="eth0", tags=(1,))
+    pool = WorkerPool(1, lambda i: Worker(cfg, index=i))
+    try:
+        old = pool.handles[0]
+        os.kill(old.pid, signal.SIGKILL)
+        wait_for("the worker's socket to close", lambda: _closed(old.sock), 5)
+        raw = udp("10.0.0.1", "10.0.0.2", 1, 2, b"x")
+        pool.queue(0, 7, flow_id(raw)[0], raw)
+        assert pool.flush() is True  # sent nowhere, and nothing left to send
+        assert old.out == [] and old.out_bytes == 0
+        assert pool.dead_sends == 1
+    finally:
+        pool.stop()
