@@ -1,16 +1,17 @@
 """A flood of new UDP flows from one inside host, and what the other users of the gateway see.
 
     sudo .venv/bin/python -m bench.bench_flood [--rates 2000,8000] [--seconds 10]
-        [--policies routed,npm,cpm]
+        [--policies routed,ondemand,plain,npm,cpm]
 
 Needs root (Mininet). h2 sends 18-byte datagrams to out1, each a new flow, at each rate for
 `--seconds`, with bench.csender (the paced C sender) on its interface: the flooding host's own CPU
 is not the gateway's to measure (a Python loop took 5 % of a core). Meanwhile h1 runs one iperf3
 TCP flow to out1 (its rate is compared with the same flow alone), opens 20 new TCP connections to
 out1 (connect times), and the REST API is asked for its status every 100 ms (response times).
-Three policies: routed (the example policy without masquerade) and the example policy
-(masquerade), whose flows the NPM makes itself, and the example policy with `data_plane_ports:
-off`, whose masqueraded flows go to the CPM. The
+The policies: routed (the example policy without masquerade; `ondemand`: with its exact
+entries on demand; `plain`: with no chain on any class, so that nothing is inspected) and the
+example policy (masquerade), whose flows the NPM makes itself, and the example policy with
+`data_plane_ports: off`, whose masqueraded flows go to the CPM. The
 example policy limits each source to 1,000 new flows a second (2,000 at once).
 """
 
