@@ -329,7 +329,7 @@ class ReplyTranslatedWhileOnlyTheOriginalEntryExists(DataPlaneNatTest):
         self.masquerade_in_data_plane()
         port = self.opened(refresh(tcp_packet(flags="S")))
         forward_entry = self.masqueraded_entry(port)
-        self.client.insert([self.schema.encode_entry(forward_entry)])
+        self.insert(forward_entry)  # (deleted at tear-down)
         data = refresh(tcp_packet(flags="A"))
         testutils.send_packet(self, INSIDE, bytes(data))
         expected = routed(masqueraded(data, port), OUTSIDE, HOST_OUT_MAC)
