@@ -143,6 +143,10 @@ def test_spm_crash_moves_new_flows_and_resteers_old_ones(gateway: GatewayNetwork
     pinned = {p for p, s in old.items() if s["spm_port"] == ports["spm1"]}
     assert pinned, f"none of {FLOWS} flows went to spm1"
 
+    # A stream flow whose (ephemeral) source port an earlier flow to the echo service used within
+    # its idle time is that flow again, with its session (made under whatever policy ran then),
+    # not a new flow: such flows are left out below.
+    existing = set(_udp_sessions(gateway, H1))
     node = gateway.net.get("h1")
     command = [sys.executable, "-m", "tests.e2e.udp_probe", "stream", OUT1, "--duration", "7"]
     stream = node.popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -154,6 +158,7 @@ def test_spm_crash_moves_new_flows_and_resteers_old_ones(gateway: GatewayNetwork
         detected = _wait_spm_status(gateway, "spm1", "down", 10.0)
         output, _ = stream.communicate(timeout=60)
         flows = json.loads(output.strip().splitlines()[-1])["flows"]
+        flows = [f for f in flows if int(f[0]) not in existing]
         sessions = _wait_sessions(gateway, H1, {int(f[0]) for f in flows})
         # A flow the selector still gave to spm1 after the crash lost its datagram there (its
         # session was re-steered later, so the API now shows spm2 for it); so the last
@@ -170,7 +175,12 @@ def test_spm_crash_moves_new_flows_and_resteers_old_ones(gateway: GatewayNetwork
         )
         late = [(t, port, replied) for t, port, replied in after if t > FAILOVER_BOUND]
         assert late, "the flow generator stopped before the fail-over bound"
-        assert all(port == ports["spm2"] and replied for _, port, replied in late), late
+        wrong = [(t, port, replied) for t, port, replied in late if port != ports["spm2"]]
+        silent = [(t, port, replied) for t, port, replied in late if not replied]
+        assert not wrong and not silent, (
+            f"after the bound: {len(wrong)} of {len(late)} flows not on spm2 ({wrong[:5]}), "
+            f"{len(silent)} unanswered ({silent[:5]}); SPM ports {ports}"
+        )
 
         # The old flows: those pinned to spm1 now go through spm2, and are answered.
         again = run_probe(gateway, "h1", f"fixed {OUT1} 50000 {FLOWS} --step {STEP}")
