@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -99,33 +100,41 @@ def test_forked_workers_answer_every_packet_and_report_events() -> None:
             os.waitpid(pid, os.WNOHANG)
 
 
-def test_a_killed_worker_is_replaced() -> None:
+@pytest.fixture
+def killed() -> Iterator[WorkerPool]:
+    """A pool of one worker, killed (SIGKILL), its end of the socket seen closed."""
     cfg = SpmConfig(name="t", interface="eth0", tags=(1,))
     pool = WorkerPool(1, lambda i: Worker(cfg, index=i))
     try:
         old = pool.handles[0]
         os.kill(old.pid, signal.SIGKILL)
         wait_for("the worker's socket to close", lambda: _closed(old.sock), 5)
-        new = pool.restart(0)
-        assert new.pid != old.pid
-        raw = udp("10.0.0.1", "10.0.0.2", 1, 2, b"x")
-        pool.queue(0, 42, flow_id(raw)[0], raw)
-        pool.flush()
-        got: list[tuple[int, int]] = []
-
-        def answered() -> bool:
-            try:
-                msg = new.receiver.recv()
-            except BlockingIOError:
-                return False
-            if msg[0] == ipc.MSG_VERDICTS:
-                got.extend(ipc.unpack_verdicts(msg))
-            return bool(got)
-
-        wait_for("a verdict from the new worker", answered, 5)
-        assert got == [(42, int(Verdict.ACCEPT))]
+        yield pool
     finally:
         pool.stop()
+
+
+def test_a_killed_worker_is_replaced(killed: WorkerPool) -> None:
+    pool = killed
+    old = pool.handles[0]
+    new = pool.restart(0)
+    assert new.pid != old.pid
+    raw = udp("10.0.0.1", "10.0.0.2", 1, 2, b"x")
+    pool.queue(0, 42, flow_id(raw)[0], raw)
+    pool.flush()
+    got: list[tuple[int, int]] = []
+
+    def answered() -> bool:
+        try:
+            msg = new.receiver.recv()
+        except BlockingIOError:
+            return False
+        if msg[0] == ipc.MSG_VERDICTS:
+            got.extend(ipc.unpack_verdicts(msg))
+        return bool(got)
+
+    wait_for("a verdict from the new worker", answered, 5)
+    assert got == [(42, int(Verdict.ACCEPT))]
 
 
 def _closed(sock: object) -> bool:
@@ -144,21 +153,17 @@ def test_time_is_not_wasted_when_idle() -> None:
     assert time.monotonic() - start < 5
 
 
-def test_a_batch_for_a_worker_that_just_died_does_not_stop_the_dispatcher() -> None:
+def test_a_batch_for_a_worker_that_just_died_does_not_stop_the_dispatcher(
+    killed: WorkerPool,
+) -> None:
     """The dispatcher may give packets to a worker that has died before it reads the worker's
     end of the socket close (both in one turn of its loop, under load). Sending that batch
     fails (the peer is gone): the pool drops it, for the packets are still held and the
     restart answers them, instead of raising out of the dispatcher's loop."""
-    cfg = SpmConfig(name="t", interface="eth0", tags=(1,))
-    pool = WorkerPool(1, lambda i: Worker(cfg, index=i))
-    try:
-        old = pool.handles[0]
-        os.kill(old.pid, signal.SIGKILL)
-        wait_for("the worker's socket to close", lambda: _closed(old.sock), 5)
-        raw = udp("10.0.0.1", "10.0.0.2", 1, 2, b"x")
-        pool.queue(0, 7, flow_id(raw)[0], raw)
-        assert pool.flush() is True  # sent nowhere, and nothing left to send
-        assert old.out == [] and old.out_bytes == 0
-        assert pool.dead_sends == 1
-    finally:
-        pool.stop()
+    pool = killed
+    old = pool.handles[0]
+    raw = udp("10.0.0.1", "10.0.0.2", 1, 2, b"x")
+    pool.queue(0, 7, flow_id(raw)[0], raw)
+    assert pool.flush() is True  # sent nowhere, and nothing left to send
+    assert old.out == [] and old.out_bytes == 0
+    assert pool.dead_sends == 1
