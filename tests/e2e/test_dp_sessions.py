@@ -5,15 +5,13 @@ is admitted by the slot its SYN claimed, never dropped while the controller inst
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from opengate import p4constants as pc
+from tests.e2e.udp_probe import run_probe
 from tests.helpers import wait_for
 from topo.model import with_entries_on_demand, without_inspection, without_masquerade
 from topo.net import GatewayNetwork
@@ -94,31 +92,8 @@ def test_routed_connections_are_set_up_by_the_data_plane(routed_gateway: Gateway
         time.sleep(0.2)
 
 
-# Run on h1: FLOWS UDP flows to out1's echo service, one after the other, each ROUND_TRIPS
-# round trips from its first datagram on; prints the round trips that got no answer within 2 s
-# and the flows' source ports.
-ECHO_CLIENT = """
-import json, socket, sys
-host, flows, trips = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-lost, ports = [], []
-for flow in range(flows):
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.settimeout(2)
-    s.connect((host, 7))
-    ports.append(s.getsockname()[1])
-    for trip in range(trips):
-        s.send(b"x")
-        try:
-            s.recv(64)
-        except OSError:
-            lost.append([flow, trip])
-    s.close()
-print(json.dumps({"lost": lost, "ports": ports}))
-"""
-
-
 def test_both_directions_pass_while_the_controller_installs_the_entries(
-    uninspected_gateway: GatewayNetwork, tmp_path: Path
+    uninspected_gateway: GatewayNetwork,
 ) -> None:
     """Ten UDP flows h1 -> out1's echo service, 100 round trips each from its first datagram
     on: the controller writes each flow's two exact entries while its datagrams pass both ways,
@@ -126,11 +101,7 @@ def test_both_directions_pass_while_the_controller_installs_the_entries(
     (a reply taken for a flow the controller ended was dropped, about one flow in three)."""
     gateway = uninspected_gateway
     retired = flow_events(gateway, pc.FLOW_EVENT_RETIRED)
-    script = tmp_path / "echo_client.py"
-    script.write_text(ECHO_CLIENT)
-    result = gateway.run("h1", f"{sys.executable} {script} {OUT1} 10 100", timeout=120)
-    assert result.returncode == 0, result.output
-    out = json.loads(result.output.strip().splitlines()[-1])
+    out = run_probe(gateway, "h1", f"rounds {OUT1} 10 100", timeout=120)
     lost = out["lost"]
     assert lost == [], (
         f"{len(lost)} round trips unanswered (flow, trip): {lost[:10]}; slots retired "

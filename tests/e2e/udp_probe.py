@@ -10,6 +10,10 @@
     python -m tests.e2e.udp_probe stream DST --duration S --interval S
         a new flow (a new local port) every interval; prints "sent PORT TIME" as it goes, then
         one JSON line {"flows": [[port, sent_at, replied], ...]}
+    python -m tests.e2e.udp_probe rounds DST FLOWS TRIPS [--timeout S]
+        FLOWS flows (new local ports), one after the other, each TRIPS round trips from its
+        first datagram on, each waiting up to TIMEOUT for its answer; prints one JSON object
+        {"lost": [[flow, trip], ...], "ports": [the flows' local ports]}
 
 TIME is time.time(): the hosts share the test's clock (they are network namespaces only).
 """
@@ -129,6 +133,23 @@ def stream(dst: str, duration: float, interval: float, settle: float) -> list[li
     return list(flows.values())
 
 
+def rounds(dst: str, flows: int, trips: int, timeout: float) -> dict[str, list[Any]]:
+    lost: list[list[int]] = []
+    ports: list[int] = []
+    for flow in range(flows):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect((dst, ECHO_PORT))
+            ports.append(sock.getsockname()[1])
+            for trip in range(trips):
+                sock.send(b"x")
+                try:
+                    sock.recv(64)
+                except OSError:
+                    lost.append([flow, trip])
+    return {"lost": lost, "ports": ports}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="udp_probe")
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -145,8 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--duration", type=float, default=6.0)
     s.add_argument("--interval", type=float, default=0.1)
     s.add_argument("--settle", type=float, default=2.0, help="wait this long for late replies")
+    r = sub.add_parser("rounds")
+    r.add_argument("dst")
+    r.add_argument("flows", type=int)
+    r.add_argument("trips", type=int)
+    r.add_argument("--timeout", type=float, default=2.0, help="wait this long for each answer")
     args = parser.parse_args(argv)
-    if args.mode == "fixed":
+    if args.mode == "rounds":
+        print(json.dumps(rounds(args.dst, args.flows, args.trips, args.timeout)), flush=True)
+    elif args.mode == "fixed":
         print(
             json.dumps(
                 fixed(
