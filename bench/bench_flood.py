@@ -226,7 +226,7 @@ def flood(
     time.sleep(1)
     threads.append(threading.Thread(target=cpu))
     threads[-1].start()
-    results["connect"] = measure(network, 20, "connect")
+    results["connect"] = measure(network, 20)
     results["api"] = api_times(network, max(1.0, seconds - 3 - 1))
     for thread in threads:
         thread.join()

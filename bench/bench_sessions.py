@@ -36,12 +36,12 @@ from topo.net import GatewayNetwork
 OUT1 = "198.51.100.20"
 GATEWAY_OUTSIDE = "198.51.100.1"
 
-# Run on h1: N new connections, each timed from connect() to established; or N round trips of
-# a UDP datagram to out1's echo service on one flow whose session already exists; or ("paired")
-# a new connection, then a round trip on an existing ICMP echo flow and one on the UDP echo
-# flow, N times in turn, so that all see the same background: the CPM's work for the connections
-# made so far (their digests, entries, closes) runs beside each. An ICMP echo is answered by
-# out1's kernel, as a SYN is; the UDP echo by a process there, which must first be woken.
+# Run on h1: N new connections, each timed from connect() to established; or ("paired") a new
+# connection, then a round trip on an existing ICMP echo flow and one on an existing UDP echo
+# flow (out1's echo service), N times in turn, so that all see the same background: the CPM's
+# work for the connections made so far (their digests, entries, closes) runs beside each. An
+# ICMP echo is answered by out1's kernel, as a SYN is; the UDP echo by a process there, which
+# must first be woken.
 CLIENT = r"""
 import json, os, socket, struct, sys, time
 host, n, mode, port = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
@@ -109,9 +109,6 @@ class Pinger:
 
 if mode == "connect":
     out = [connect() for _ in range(n)]
-elif mode == "request":
-    s = echo_flow()
-    out = [round_trip(s) for _ in range(n)]
 else:
     s, pinger = echo_flow(), Pinger()
     out = {"connect": [], "icmp": [], "udp": []}
@@ -163,12 +160,11 @@ def run_client(
 def measure(
     network: GatewayNetwork,
     n: int,
-    mode: str,
     client: str = "h1",
     server: tuple[str, int] = (OUT1, 80),
 ) -> dict[str, Any]:
-    """`n` new connections (`mode` "connect") or round trips on one existing flow ("request")."""
-    out = run_client(network, n, mode, client, server)
+    """`n` new connections from `client` to `server`."""
+    out = run_client(network, n, "connect", client, server)
     return out if isinstance(out, dict) else summary(out)
 
 
@@ -227,9 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((f"{name}: UDP echo on an existing session", paired["udp"]))
             if not name.startswith("routed"):
                 # The example policy's port forward, out1 -> 198.51.100.1:8080 -> h1:80.
-                forwarded = measure(
-                    network, args.connections, "connect", "out1", (GATEWAY_OUTSIDE, 8080)
-                )
+                forwarded = measure(network, args.connections, "out1", (GATEWAY_OUTSIDE, 8080))
                 rows.append((f"port forward ({name}): session made by {maker}", forwarded))
     print(
         f"Command: `{' '.join(['python -m bench.bench_sessions', *(argv or sys.argv[1:])])}`, "
