@@ -100,8 +100,9 @@ def rate(build: Path, entries: list[TableEntry], frames: list[bytes], seconds: f
 
 
 @dataclass(frozen=True)
-class VethRate:
-    """The searches' results (packets/s; None: a search found no rate kept up with)."""
+class Rates:
+    """One or more measurements of a rate (packets/s; None: a search found no rate kept up
+    with), reported as their median and, when repeated, their range."""
 
     rates: tuple[float | None, ...]
 
@@ -110,11 +111,14 @@ class VethRate:
         found = sorted(r for r in self.rates if r is not None)
         return statistics.median(found) if found else None
 
-    def spread(self) -> str:
+    def __str__(self) -> str:
         found = [r for r in self.rates if r is not None]
-        if len(self.rates) < 2 or not found:
-            return ""
-        return f" ({min(found):,.0f}-{max(found):,.0f})"
+        median = self.median
+        if median is None:
+            return "-"
+        if len(self.rates) < 2:
+            return f"{median:,.0f}"
+        return f"{median:,.0f} ({min(found):,.0f}-{max(found):,.0f})"
 
 
 def veth_rate(
@@ -124,7 +128,7 @@ def veth_rate(
     frames: list[bytes],
     repeat: int = 1,
     bisections: int = BISECTIONS,
-) -> VethRate:
+) -> Rates:
     """Through veths (bench_softswitch's method): the highest rate the switch keeps up with,
     searched `repeat` times on one switch."""
     schema, updates = _updates(build, entries)
@@ -141,7 +145,7 @@ def veth_rate(
         for _ in range(repeat):
             good, _bad = highest_rate(frames, bisections=bisections)
             found.append(good.received / TRIAL_SECONDS if good is not None else None)
-        return VethRate(tuple(found))
+        return Rates(tuple(found))
 
 
 @dataclass
@@ -149,8 +153,7 @@ class Measured:
     rules: int
     how: str
     compile_seconds: float
-    pps: dict[str, tuple[float | None, float | None]]  # where -> (default build, naive profile)
-    spread: dict[str, tuple[str, str]]  # where -> the searches' range, when repeated
+    pps: dict[str, tuple[Rates, Rates]]  # where -> (default build, naive profile)
 
 
 def measure(
@@ -173,23 +176,20 @@ def measure(
     default_build, naive_build = p4_build_dir(), p4_build_dir() / "naive_acl"
     hybrid_entries = list(hybrid.entries)
     naive_entries = list(compile_naive(rules, []).entries)
-    pps: dict[str, tuple[float | None, float | None]] = {}
-    spread: dict[str, tuple[str, str]] = {}
+    builds = ((default_build, hybrid_entries), (naive_build, naive_entries))
+    pps: dict[str, tuple[Rates, Rates]] = {}
     if in_process:
-        pps["software switch, in process"] = (
-            rate(default_build, hybrid_entries, frames, seconds),
-            rate(naive_build, naive_entries, frames, seconds),
+        hybrid_rate, naive_rate = (
+            Rates((rate(build, entries, frames, seconds),)) for build, entries in builds
         )
-        spread["software switch, in process"] = ("", "")
+        pps["software switch, in process"] = (hybrid_rate, naive_rate)
     for choice in targets:
-        where = f"{choice.target.value}, through veths"
         hybrid_rate, naive_rate = (
             veth_rate(choice, build, entries, frames, repeat, bisections)
-            for build, entries in ((default_build, hybrid_entries), (naive_build, naive_entries))
+            for build, entries in builds
         )
-        pps[where] = (hybrid_rate.median, naive_rate.median)
-        spread[where] = (hybrid_rate.spread(), naive_rate.spread())
-    return Measured(len(rules), how, compile_seconds, pps, spread)
+        pps[f"{choice.target.value}, through veths"] = (hybrid_rate, naive_rate)
+    return Measured(len(rules), how, compile_seconds, pps)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,15 +249,14 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---|---:|---:|---:|---:|")
     for where in rows[0].pps:
         for m in rows:
-            hybrid_pps, naive_pps = m.pps[where]
+            hybrid_rates, naive_rates = m.pps[where]
+            hybrid_pps, naive_pps = hybrid_rates.median, naive_rates.median
             ratio = f"{hybrid_pps / naive_pps:.2f}x" if hybrid_pps and naive_pps else "-"
-            hybrid_spread, naive_spread = m.spread[where]
             print(
                 f"| {where} | {m.rules:,} | {m.how} | {m.compile_seconds:.1f} s | "
-                f"{_num(hybrid_pps)}{hybrid_spread} | {_num(naive_pps)}{naive_spread} "
-                f"| {ratio} |"
+                f"{hybrid_rates} | {naive_rates} | {ratio} |"
             )
-        first, last = rows[0].pps[where][0], rows[-1].pps[where][0]
+        first, last = rows[0].pps[where][0].median, rows[-1].pps[where][0].median
         if first and last:
             notes.append(
                 f"{where}: the default build at {rows[-1].rules:,} rules keeps "
@@ -267,10 +266,6 @@ def main(argv: list[str] | None = None) -> int:
     for note in notes:
         print(f"- {note}")
     return 0
-
-
-def _num(value: float | None) -> str:
-    return f"{value:,.0f}" if value is not None else "-"
 
 
 if __name__ == "__main__":
