@@ -4,6 +4,7 @@ run commands on named hosts, and take everything down again (also after errors a
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import json
 import logging
@@ -25,7 +26,7 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 
 from opengate.errors import ConfigError
-from opengate.netutil import free_tcp_port, stop_process, wait_for_port
+from opengate.netutil import delete_link, free_tcp_port, stop_process, wait_for_port
 from opengate.p4info import P4Schema
 from opengate.p4rt import P4RuntimeClient
 from opengate.target import TargetChoice, p4_build_dir, repo_root, select_target, shared_data_dir
@@ -102,15 +103,78 @@ def stop_family(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None
         LOG.warning("pids %s outlived their parent %d", family, process.pid)
 
 
-def interfaces_in_use(spec: TopologySpec) -> list[str]:
-    """The interfaces of `spec` in the root namespace (LAN bridges, the switches' ports) that
-    exist now; the hosts' ends live in their namespaces and go with them."""
-    switches = [lan.name for lan in spec.lans] + [npm.name for npm in spec.npms]
+def switch_names(spec: TopologySpec) -> list[str]:
+    """The names in the root namespace that `spec` creates interfaces under: its LAN bridges'
+    and its NPMs' (a port is NAME-ethN); the hosts' ends live in their namespaces."""
+    return [lan.name for lan in spec.lans] + [npm.name for npm in spec.npms]
+
+
+def interfaces_named(names: list[str]) -> list[str]:
+    """The interfaces that exist now and are one of `names` or a port of one (NAME-ethN)."""
     return sorted(
         path.name
         for path in Path("/sys/class/net").iterdir()
-        if path.name in switches or any(path.name.startswith(f"{s}-eth") for s in switches)
+        if path.name in names or any(path.name.startswith(f"{n}-eth") for n in names)
     )
+
+
+def interfaces_in_use(spec: TopologySpec) -> list[str]:
+    """The interfaces of `spec` in the root namespace (LAN bridges, the switches' ports) that
+    exist now."""
+    return interfaces_named(switch_names(spec))
+
+
+# A running topology holds a lock on each of its switch names here (the file holds its PID),
+# for as long as it runs: the kernel lets it go when the process ends, however it ends.
+NAME_LOCKS = Path("/run/opengate/names")
+
+
+def claim_names(names: list[str], lock_dir: Path = NAME_LOCKS) -> list[int]:
+    """Lock each of `names` for this process, or raise ConfigError naming the process that
+    runs a topology with one of them. Returns the lock files' descriptors (release_names)."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    fds: list[int] = []
+    try:
+        for name in names:
+            fd = os.open(lock_dir / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fds.append(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 16, 0).decode(errors="replace").strip() or "unknown"
+                raise ConfigError(
+                    f"another topology runs with the name {name} (pid {holder}): stop it first"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except BaseException:
+        release_names(fds)
+        raise
+    return fds
+
+
+def release_names(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)  # closing the only descriptor of the open file lets the lock go
+    fds.clear()
+
+
+def remove_leftovers(names: list[str]) -> list[str]:
+    """Delete the interfaces under `names` that exist although no topology holds the names
+    (claim_names succeeded): a killed run left them. Returns what it deleted; raises
+    ConfigError if some would not go."""
+    left = interfaces_named(names)
+    if left:
+        LOG.warning("removing interfaces a killed topology left: %s", ", ".join(left))
+        for name in left:
+            delete_link(name)  # a veth's peer goes with it; delete_link skips it then
+        still = interfaces_named(names)
+        if still:
+            raise ConfigError(
+                f"interfaces a killed topology left would not go ({', '.join(still)}): remove "
+                "them with `ip link del NAME`"
+            )
+    return left
 
 
 def _wait_until(
@@ -167,6 +231,7 @@ class GatewayNetwork:
     # one HTTP client for every API call: a new one each call costs an SSL context (about 15 ms
     # of CPU), which a bench polling the API 10 times a second paid as 15 % of a core
     _http: httpx.Client | None = None
+    _name_locks: list[int] = field(default_factory=list)  # claim_names: held while it runs
 
     def __enter__(self) -> GatewayNetwork:
         try:
@@ -184,13 +249,8 @@ class GatewayNetwork:
     def start(self) -> None:
         if os.geteuid() != 0:
             raise ConfigError("the topology needs root (Mininet creates namespaces and links)")
-        in_use = interfaces_in_use(self.spec)
-        if in_use:
-            raise ConfigError(
-                f"interfaces of this topology exist already ({', '.join(in_use)}): another "
-                "topology with these names runs (stop it first), or a killed one left them "
-                "(remove them with `ip link del NAME`)"
-            )
+        self._name_locks = claim_names(switch_names(self.spec))
+        remove_leftovers(switch_names(self.spec))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         setLogLevel("warning")
         net = Mininet(controller=None, build=False, autoSetMacs=False, autoStaticArp=False)
@@ -648,6 +708,9 @@ class GatewayNetwork:
             LOG.info("stopping %s (pid %d)", name, process.pid)
             stop_family(process)
         self._processes.clear()
-        if self.net is not None:
-            self.net.stop()
-            self.net = None
+        try:
+            if self.net is not None:
+                self.net.stop()
+                self.net = None
+        finally:
+            release_names(self._name_locks)

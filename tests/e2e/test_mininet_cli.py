@@ -316,7 +316,7 @@ def test_a_second_topology_with_the_same_names_leaves_this_one_alone(
     console = consoles.session()
     second = GatewayNetwork(consoles.spec, tmp_path)
     try:
-        with pytest.raises(ConfigError, match="interfaces of this topology exist already"):
+        with pytest.raises(ConfigError, match=r"another topology runs with the name \S+ \(pid \d"):
             second.start()
     finally:
         second.stop()

@@ -1,0 +1,82 @@
+"""A topology's switch names: held by the process that runs it, so that a second one fails
+naming it, and what a killed run left behind is removed by the next start."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from opengate.errors import ConfigError
+from opengate.netutil import delete_link
+from tests.helpers import skip_unless_root, skip_unless_tool
+from topo.net import claim_names, interfaces_named, release_names, remove_leftovers
+
+# Names no topology file of the project uses, so that a topology up in this run is not touched.
+NAMES = ["ogclm-lan", "ogclm-npm"]
+
+HOLD = """
+import sys
+from pathlib import Path
+from topo.net import claim_names
+claim_names(sys.argv[2:], Path(sys.argv[1]))
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def leftovers() -> Iterator[list[str]]:
+    """What a killed topology leaves: a bridge and a port of the NPM linked to the bridge's."""
+    skip_unless_root("interfaces in the root namespace")
+    skip_unless_tool("ip", "iproute2 creates the interfaces")
+    made = ["ogclm-lan", "ogclm-npm-eth1"]
+    try:
+        subprocess.run(["ip", "link", "add", "ogclm-lan", "type", "bridge"], check=True)
+        subprocess.run(
+            ["ip", "link", "add", "ogclm-npm-eth1", "type", "veth", "peer", "ogclm-lan-eth2"],
+            check=True,
+        )
+        yield made
+    finally:
+        for name in made:
+            delete_link(name)
+
+
+def test_a_second_claim_fails_naming_the_process_that_holds_the_name(tmp_path: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path), *NAMES],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "held\n"  # it holds both names now
+        with pytest.raises(ConfigError, match=rf"name ogclm-lan \(pid {holder.pid}\)"):
+            claim_names(NAMES, tmp_path)
+    finally:
+        holder.communicate("")  # its end lets the names go
+    fds = claim_names(NAMES, tmp_path)
+    assert len(fds) == 2
+    release_names(fds)
+    assert fds == []
+
+
+def test_a_claim_held_in_this_process_is_not_claimed_twice(tmp_path: Path) -> None:
+    fds = claim_names(NAMES, tmp_path)
+    try:
+        with pytest.raises(ConfigError, match="another topology runs"):
+            claim_names(NAMES[1:], tmp_path)
+    finally:
+        release_names(fds)
+
+
+def test_leftovers_of_a_killed_run_are_removed(leftovers: list[str]) -> None:
+    assert interfaces_named(NAMES) == ["ogclm-lan", "ogclm-lan-eth2", "ogclm-npm-eth1"]
+    assert remove_leftovers(NAMES) == ["ogclm-lan", "ogclm-lan-eth2", "ogclm-npm-eth1"]
+    assert interfaces_named(NAMES) == []
+    assert remove_leftovers(NAMES) == []
