@@ -94,6 +94,8 @@ control V1Deparser(packet_out pkt, in headers_t hdr) {
         pkt.emit(hdr.tcp);
         pkt.emit(hdr.udp);
         pkt.emit(hdr.icmp);
+        pkt.emit(hdr.quoted_ipv4);
+        pkt.emit(hdr.quoted_l4);
     }
 }
 

@@ -30,6 +30,10 @@ const bit<8> IP_PROTO_UDP  = 17;
 
 const bit<8> ICMP_ECHO_REPLY   = 0;
 const bit<8> ICMP_ECHO_REQUEST = 8;
+// The errors that quote the packet they are about (its IPv4 header and first 8 bytes).
+const bit<8> ICMP_DEST_UNREACHABLE = 3;
+const bit<8> ICMP_TIME_EXCEEDED    = 11;
+const bit<8> ICMP_PARAM_PROBLEM    = 12;
 
 const bit<16> ARP_OPER_REQUEST = 1;
 const bit<16> ARP_OPER_REPLY   = 2;
@@ -108,7 +112,8 @@ const bit<32> FLOW_EVENT_DNAT_REPLY   = 10; // a forward's reply admitted by its
 const bit<32> FLOW_EVENT_DNAT_FALLBACK = 11; // a forwarded flow found no slot: to the controller
 const bit<32> FLOW_EVENT_REPORTED  = 12; // a routed flow without exact entries, alive after
                                          // its report interval: reported again (digest)
-const bit<32> FLOW_EVENT_COUNT     = 13;
+const bit<32> FLOW_EVENT_RELATED  = 13; // an ICMP error about a flow's packet, admitted by its slot
+const bit<32> FLOW_EVENT_COUNT     = 14;
 
 // Layout of a slot's state word: protocol, flags, class.
 const bit<32> FLOW_STATE_VALID     = 0x100;  // the slot holds a flow

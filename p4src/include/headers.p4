@@ -94,6 +94,15 @@ header icmp_h {
     bit<16> seq_no;
 }
 
+// The first 8 bytes of the transport header an ICMP error quotes: TCP or UDP ports, then for
+// UDP its length and checksum (TCP's checksum lies beyond them).
+header quoted_l4_h {
+    l4_port_t sport;
+    l4_port_t dport;
+    bit<16>   word2;      // UDP: length
+    bit<16>   word3;      // UDP: checksum
+}
+
 struct headers_t {
     packet_out_h   packet_out;
     packet_in_h    packet_in;
@@ -105,6 +114,10 @@ struct headers_t {
     tcp_h          tcp;
     udp_h          udp;
     icmp_h         icmp;
+#ifdef OG_ICMP_RELATED
+    ipv4_h         quoted_ipv4;   // what an ICMP error quotes (RFC 792: header + 8 bytes)
+    quoted_l4_h    quoted_l4;
+#endif
 }
 
 // Reported to the controller when a permitted session-opening packet misses the session table.
@@ -137,6 +150,24 @@ struct session_close_t {
     l4_port_t   l4_dport;
     bit<8>      tcp_flags;
 }
+
+// The flow key the session lookups use (see local_metadata_t's flow_*): without related ICMP
+// errors, the packet's own headers.
+#ifdef OG_ICMP_RELATED
+#define FLOW_SRC   meta.flow_src
+#define FLOW_DST   meta.flow_dst
+#define FLOW_PROTO meta.flow_proto
+#define FLOW_SPORT meta.flow_sport
+#define FLOW_DPORT meta.flow_dport
+#define FLOW_ICMP_ERROR (meta.icmp_error == 1)
+#else
+#define FLOW_SRC   hdr.ipv4.src_addr
+#define FLOW_DST   hdr.ipv4.dst_addr
+#define FLOW_PROTO hdr.ipv4.protocol
+#define FLOW_SPORT meta.l4_sport
+#define FLOW_DPORT meta.l4_dport
+#define FLOW_ICMP_ERROR false
+#endif
 
 // Nothing so far stops the packet: a sound IPv4/ARP header, a port with a role, a tag (if any)
 // that this NPM issued, arriving on an SPM port. The session lookup and the meters test it;
@@ -181,6 +212,21 @@ struct local_metadata_t {
     l4_port_t   key_sport;
     l4_port_t   key_dport;
     bit<8>      tcp_flags;
+#ifdef OG_ICMP_RELATED
+    // The key of the flow the packet belongs to, for the session lookups: the packet's own
+    // (kept equal to its headers, NAT included), or, for an ICMP error that quotes a TCP or UDP
+    // packet, the quoted packet's reversed (the error travels back towards its sender).
+    bit<1>      icmp_error;
+    ipv4_addr_t flow_src;
+    ipv4_addr_t flow_dst;
+    bit<8>      flow_proto;
+    l4_port_t   flow_sport;
+    l4_port_t   flow_dport;
+    ipv4_addr_t quoted_old_addr;     // Nat: the quoted packet's address, port and checksums
+    l4_port_t   quoted_old_port;     // before it rewrote them
+    bit<16>     quoted_old_ip_csum;
+    bit<16>     quoted_old_l4_csum;
+#endif
 
     // Why each step would drop the packet (0: it would not). A step writes only its own field and
     // reads no other step's, so that a target can run independent steps side by side (Tofino:

@@ -67,6 +67,11 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
     state parse_ipv4 {
         pkt.extract(hdr.ipv4);
         OG_PARSER_IPV4(hdr, meta);
+#ifdef OG_ICMP_RELATED
+        meta.flow_src = hdr.ipv4.src_addr;
+        meta.flow_dst = hdr.ipv4.dst_addr;
+        meta.flow_proto = hdr.ipv4.protocol;
+#endif
         transition select(hdr.ipv4.ihl) {
             0 .. 4: accept;             // malformed; validation drops it
             5: parse_l4;
@@ -96,6 +101,10 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
         OG_PARSER_TCP(hdr, meta);
         meta.l4_sport = hdr.tcp.sport;
         meta.l4_dport = hdr.tcp.dport;
+#ifdef OG_ICMP_RELATED
+        meta.flow_sport = hdr.tcp.sport;
+        meta.flow_dport = hdr.tcp.dport;
+#endif
         meta.tcp_flags = hdr.tcp.flags;
         transition accept;
     }
@@ -105,6 +114,10 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
         OG_PARSER_UDP(hdr, meta);
         meta.l4_sport = hdr.udp.sport;
         meta.l4_dport = hdr.udp.dport;
+#ifdef OG_ICMP_RELATED
+        meta.flow_sport = hdr.udp.sport;
+        meta.flow_dport = hdr.udp.dport;
+#endif
         transition accept;
     }
 
@@ -114,6 +127,11 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
         transition select(pkt.lookahead<bit<8>>()) {
             ICMP_ECHO_REQUEST: parse_icmp_echo_request;
             ICMP_ECHO_REPLY: parse_icmp_echo_reply;
+#ifdef OG_ICMP_RELATED
+            ICMP_DEST_UNREACHABLE: parse_icmp_error;
+            ICMP_TIME_EXCEEDED: parse_icmp_error;
+            ICMP_PARAM_PROBLEM: parse_icmp_error;
+#endif
             default: parse_icmp_other;
         }
     }
@@ -124,6 +142,9 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
         pkt.extract(hdr.icmp);
         OG_PARSER_ICMP_ECHO(hdr, meta);
         meta.l4_sport = hdr.icmp.identifier;
+#ifdef OG_ICMP_RELATED
+        meta.flow_sport = hdr.icmp.identifier;
+#endif
         transition accept;
     }
 
@@ -131,6 +152,9 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
         pkt.extract(hdr.icmp);
         OG_PARSER_ICMP_ECHO(hdr, meta);
         meta.l4_dport = hdr.icmp.identifier;
+#ifdef OG_ICMP_RELATED
+        meta.flow_dport = hdr.icmp.identifier;
+#endif
         transition accept;
     }
 
@@ -138,6 +162,34 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
         pkt.extract(hdr.icmp);
         transition accept;
     }
+
+#ifdef OG_ICMP_RELATED
+    // An error quotes the IPv4 header and the first 8 bytes of the packet it is about (RFC 792;
+    // an error cut shorter is a parser error, dropped as truncated). A quoted first fragment of
+    // TCP or UDP without IP options gives the flow the error belongs to: the quoted packet
+    // reversed. Anything else quoted leaves the error to the ACL, as before.
+    state parse_icmp_error {
+        pkt.extract(hdr.icmp);
+        pkt.extract(hdr.quoted_ipv4);
+        transition select(hdr.quoted_ipv4.ihl, hdr.quoted_ipv4.frag_offset,
+                          hdr.quoted_ipv4.protocol) {
+            (5, 0, IP_PROTO_TCP): parse_quoted_l4;
+            (5, 0, IP_PROTO_UDP): parse_quoted_l4;
+            default: accept;
+        }
+    }
+
+    state parse_quoted_l4 {
+        pkt.extract(hdr.quoted_l4);
+        meta.icmp_error = 1;
+        meta.flow_src = hdr.quoted_ipv4.dst_addr;
+        meta.flow_dst = hdr.quoted_ipv4.src_addr;
+        meta.flow_proto = hdr.quoted_ipv4.protocol;
+        meta.flow_sport = hdr.quoted_l4.dport;
+        meta.flow_dport = hdr.quoted_l4.sport;
+        transition accept;
+    }
+#endif
 }
 
 #endif

@@ -62,6 +62,13 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
                 if (og_admitted(meta) && meta.returned_nat_done == 0) {
                     session.apply(hdr, meta);
                 }
+#ifdef OG_ICMP_RELATED
+                // An ICMP error its flow's session admits goes straight to the flow's end,
+                // translated now if the flow is (RFC 5508), never to an SPM.
+                if (meta.icmp_error == 1) {
+                    meta.spm_port = 0;
+                }
+#endif
                 // Without an exact entry, a reply to a flow the data plane masqueraded is found
                 // by its port and translated back before routing (like nat_before_spm).
                 nat_reverse.apply(hdr, meta);

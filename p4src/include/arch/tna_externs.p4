@@ -49,6 +49,8 @@
 // makes every session there (README "Running on Tofino").
 #undef OG_DP_SESSIONS
 #define OG_REGISTER(type, name, size) Register<type, bit<32>>((bit<32>)(size)) name
+// ICMP errors related to a session need the slots above; on Tofino they meet the ACL alone.
+#undef OG_ICMP_RELATED
 // The HSM spill tables (two more priority ternary tables with range keys) have not been fitted
 // into Tofino's stages and TCAM yet: the TNA build classifies with HSM alone or the naive profile.
 #undef OG_HSM_SPILL

@@ -21,6 +21,11 @@
 #define OG_DP_SESSIONS
 #define OG_REGISTER(type, name, size) register<type>((bit<32>)(size)) name
 
+// ICMP errors related to a session (RFC 5508): the parser reads the packet an error quotes, the
+// session lookups use the key of the flow it belongs to (meta.flow_*), NAT rewrites the quoted
+// packet too. Built on the data-plane sessions' slots, so only where they are.
+#define OG_ICMP_RELATED
+
 // HSM spill tables (Classify): the rules the compiler keeps out of the cross products, in two
 // small priority ternary tables looked up beside them.
 #define OG_HSM_SPILL

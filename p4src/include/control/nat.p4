@@ -19,6 +19,22 @@ bit<16> csum_replace(in bit<16> csum, in bit<32> old_v, in bit<32> new_v,
     return ~sum[15:0];
 }
 
+#ifdef OG_ICMP_RELATED
+// The same with a second 32-bit word changed (for an ICMP error's quoted packet, Nat).
+bit<16> csum_replace_more(in bit<16> csum, in bit<32> old_v, in bit<32> new_v,
+                          in bit<16> old_p, in bit<16> new_p, in bit<32> old_w, in bit<32> new_w) {
+    bit<32> sum = (bit<32>)(~csum)
+        + (bit<32>)(~old_v[31:16]) + (bit<32>)(~old_v[15:0])
+        + (bit<32>)new_v[31:16] + (bit<32>)new_v[15:0]
+        + (bit<32>)(~old_p) + (bit<32>)new_p
+        + (bit<32>)(~old_w[31:16]) + (bit<32>)(~old_w[15:0])
+        + (bit<32>)new_w[31:16] + (bit<32>)new_w[15:0];
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    return ~sum[15:0];
+}
+#endif
+
 // Before routing, for a packet without a session: is it to a port forward? A forward the
 // controller sets up (port_forward) goes to it as a new NAT flow; one the data plane carries
 // (port_forward_dp) is rewritten here to its target, from the rule alone, unless the packet goes
@@ -140,7 +156,15 @@ control Nat(inout headers_t hdr, inout local_metadata_t meta) {
                                                  hdr.icmp.identifier, meta.nat_port);
                 hdr.icmp.identifier = meta.nat_port;
             }
+#ifdef OG_ICMP_RELATED
+            if (meta.icmp_error == 0) {
+                meta.l4_sport = meta.nat_port;
+            }
+            meta.flow_src = meta.nat_addr;
+            meta.flow_sport = meta.nat_port;
+#else
             meta.l4_sport = meta.nat_port;
+#endif
             meta.nat_applied = 1;
         } else if (meta.nat_kind == NAT_REWRITE_DST) {
             ipv4_addr_t old_addr = hdr.ipv4.dst_addr;
@@ -163,9 +187,57 @@ control Nat(inout headers_t hdr, inout local_metadata_t meta) {
                                                  hdr.icmp.identifier, meta.nat_port);
                 hdr.icmp.identifier = meta.nat_port;
             }
+#ifdef OG_ICMP_RELATED
+            if (meta.icmp_error == 0) {
+                meta.l4_dport = meta.nat_port;
+            }
+            meta.flow_dst = meta.nat_addr;
+            meta.flow_dport = meta.nat_port;
+#else
             meta.l4_dport = meta.nat_port;
+#endif
             meta.nat_applied = 1;
         }
+#ifdef OG_ICMP_RELATED
+        // An ICMP error about a translated flow's packet quotes that packet as it was on the
+        // wire: the quoted address and port on the side the outer header changed change too
+        // (RFC 5508; a rewritten destination means the error goes to the quoted packet's
+        // source, and the other way round). The quoted IPv4 checksum, a quoted UDP checksum and
+        // the ICMP checksum, which covers the quoted bytes, are updated incrementally (RFC
+        // 1624). A quoted TCP checksum lies beyond the 8 bytes read and is left as it was:
+        // hosts do not check it.
+        if (meta.icmp_error == 1 && meta.nat_kind != NAT_NONE) {
+            // Old values in metadata fields, not locals, and each step's result in its field:
+            // p4c would otherwise nest the checksum expressions into one another.
+            meta.quoted_old_addr = hdr.quoted_ipv4.dst_addr;
+            meta.quoted_old_port = hdr.quoted_l4.dport;
+            if (meta.nat_kind == NAT_REWRITE_DST) {
+                meta.quoted_old_addr = hdr.quoted_ipv4.src_addr;
+                meta.quoted_old_port = hdr.quoted_l4.sport;
+                hdr.quoted_ipv4.src_addr = meta.nat_addr;
+                hdr.quoted_l4.sport = meta.nat_port;
+            } else {
+                hdr.quoted_ipv4.dst_addr = meta.nat_addr;
+                hdr.quoted_l4.dport = meta.nat_port;
+            }
+            meta.quoted_old_ip_csum = hdr.quoted_ipv4.hdr_checksum;
+            meta.quoted_old_l4_csum = hdr.quoted_l4.word3;
+            hdr.quoted_ipv4.hdr_checksum = csum_replace(meta.quoted_old_ip_csum,
+                meta.quoted_old_addr, meta.nat_addr, 0, 0);
+            if (hdr.quoted_ipv4.protocol == IP_PROTO_UDP && meta.quoted_old_l4_csum != 0) {
+                hdr.quoted_l4.word3 = csum_replace(meta.quoted_old_l4_csum,
+                    meta.quoted_old_addr, meta.nat_addr, meta.quoted_old_port, meta.nat_port);
+                if (hdr.quoted_l4.word3 == 0) {
+                    hdr.quoted_l4.word3 = 0xffff;
+                }
+            }
+            // Address, port and both checksums: the ICMP checksum covers all four.
+            hdr.icmp.checksum = csum_replace_more(hdr.icmp.checksum, meta.quoted_old_addr,
+                meta.nat_addr, meta.quoted_old_port, meta.nat_port,
+                meta.quoted_old_ip_csum ++ meta.quoted_old_l4_csum,
+                hdr.quoted_ipv4.hdr_checksum ++ hdr.quoted_l4.word3);
+        }
+#endif
     }
 }
 

@@ -1,5 +1,6 @@
 // Step 3: bidirectional sessions, one exact-match entry per direction, keyed on the 5-tuple as the
-// packet arrives. A hit says how to inspect (pinned SPM), how to NAT, and counts the packet.
+// packet arrives (an ICMP error about a flow's packet: the flow's, FLOW_* in headers.p4). A hit
+// says how to inspect (pinned SPM), how to NAT, and counts the packet.
 #ifndef OPENGATE_CONTROL_SESSION_P4
 #define OPENGATE_CONTROL_SESSION_P4
 
@@ -39,11 +40,11 @@ control Session(inout headers_t hdr, inout local_metadata_t meta) {
     @name(".session")
     table session {
         key = {
-            hdr.ipv4.src_addr : exact @name("ipv4_src");
-            hdr.ipv4.dst_addr : exact @name("ipv4_dst");
-            hdr.ipv4.protocol : exact @name("ip_proto");
-            meta.l4_sport     : exact @name("l4_sport");
-            meta.l4_dport     : exact @name("l4_dport");
+            FLOW_SRC   : exact @name("ipv4_src");
+            FLOW_DST   : exact @name("ipv4_dst");
+            FLOW_PROTO : exact @name("ip_proto");
+            FLOW_SPORT : exact @name("l4_sport");
+            FLOW_DPORT : exact @name("l4_dport");
         }
         actions = {
             session_forward;

@@ -91,7 +91,7 @@ control NatReverse(inout headers_t hdr, inout local_metadata_t meta) {
     @name(".flow_ageing")
     table flow_ageing {
         key = {
-            hdr.ipv4.protocol : exact @name("ip_proto");
+            FLOW_PROTO : exact @name("ip_proto");
         }
         actions = { set_flow_timeout; }
         default_action = set_flow_timeout(FLOW_DEFAULT_IDLE_TICKS, FLOW_DEFAULT_CLOSING_TICKS,
@@ -119,8 +119,9 @@ control NatReverse(inout headers_t hdr, inout local_metadata_t meta) {
 
     apply {
 #ifdef OG_DP_SESSIONS
-        // Only the packets a slot can hold (TCP, UDP, ICMP echo) need lifetimes or a slot.
-        bool l4 = hdr.tcp.isValid() || hdr.udp.isValid()
+        // Only the packets a slot can hold (TCP, UDP, ICMP echo, and an ICMP error about one of
+        // their packets, by the flow's key) need lifetimes or a slot.
+        bool l4 = hdr.tcp.isValid() || hdr.udp.isValid() || FLOW_ICMP_ERROR
             || (hdr.icmp.isValid() && (hdr.icmp.icmp_type == ICMP_ECHO_REQUEST
                                        || hdr.icmp.icmp_type == ICMP_ECHO_REPLY));
         if (l4) {
@@ -130,8 +131,8 @@ control NatReverse(inout headers_t hdr, inout local_metadata_t meta) {
         // original direction carried by its exact entry is to be rewritten to it; any other
         // packet (a reply) is sent to it.
         bool forward = meta.session_hit == 1 && meta.nat_kind == NAT_REWRITE_SRC;
-        l4_port_t public_port = meta.l4_dport;
-        meta.dp_public_addr = hdr.ipv4.dst_addr;
+        l4_port_t public_port = FLOW_DPORT;
+        meta.dp_public_addr = FLOW_DST;
         if (forward) {
             meta.dp_public_addr = meta.nat_addr;
             public_port = meta.nat_port;
@@ -158,21 +159,22 @@ control NatReverse(inout headers_t hdr, inout local_metadata_t meta) {
                 ? meta.flow_closing_ticks : meta.flow_idle_ticks;
             bool mine = (state & (FLOW_STATE_VALID | FLOW_STATE_NAT))
                     == (FLOW_STATE_VALID | FLOW_STATE_NAT)
-                && state[7:0] == hdr.ipv4.protocol
+                && state[7:0] == FLOW_PROTO
                 && nat == meta.dp_public_addr ++ public_port ++ 16w0;
             if (forward) {
-                mine = mine && k_src == hdr.ipv4.src_addr && k_dst == hdr.ipv4.dst_addr
-                    && k_ports == meta.l4_sport ++ meta.l4_dport;
+                mine = mine && k_src == FLOW_SRC && k_dst == FLOW_DST
+                    && k_ports == FLOW_SPORT ++ FLOW_DPORT;
             } else {
                 // The reply: from the flow's remote end and port.
-                mine = mine && k_dst == hdr.ipv4.src_addr && k_ports[15:0] == meta.l4_sport;
+                mine = mine && k_dst == FLOW_SRC && k_ports[15:0] == FLOW_SPORT;
             }
             // This direction's "installed" flag (see the top of this file).
             bit<32> installed = forward ? FLOW_STATE_INSTALLED : FLOW_STATE_INSTALLED_REPLY;
             if (mine && meta.now - seen <= limit) {
                 if (meta.session_hit == 1) {
-                    // Its exact entries carry it: the slot, and with it the port, stays taken.
-                    if (meta.drop_session == 0) {
+                    // Its exact entries carry it: the slot, and with it the port, stays taken
+                    // (not by an ICMP error: it says nothing of the flow's life).
+                    if (meta.drop_session == 0 && !FLOW_ICMP_ERROR) {
                         state = state | installed;
                         if (hdr.tcp.isValid() && (hdr.tcp.flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) != 0
                                 && (state & FLOW_STATE_CLOSING) == 0) {
@@ -245,7 +247,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         flow_seen.read(seen, index);
         bit<32> reversed = ports[15:0] ++ ports[31:16];
         original = k_src == src && k_dst == dst && k_ports == ports;
-        mine = (state & FLOW_STATE_VALID) != 0 && state[7:0] == hdr.ipv4.protocol
+        mine = (state & FLOW_STATE_VALID) != 0 && state[7:0] == FLOW_PROTO
             && (state & (FLOW_STATE_NAT | FLOW_STATE_DNAT)) == want_nat
             && (original || (k_src == dst && k_dst == src && k_ports == reversed));
         flow_ticks_t limit = (state & FLOW_STATE_CLOSING) != 0
@@ -256,7 +258,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
 
     apply {
 #ifdef OG_DP_SESSIONS
-        bool l4 = hdr.tcp.isValid() || hdr.udp.isValid()
+        bool l4 = hdr.tcp.isValid() || hdr.udp.isValid() || FLOW_ICMP_ERROR
             || (hdr.icmp.isValid() && (hdr.icmp.icmp_type == ICMP_ECHO_REQUEST
                                        || hdr.icmp.icmp_type == ICMP_ECHO_REPLY));
         bool first_pass = meta.returned == 0 && og_admitted(meta) && meta.port_role != ROLE_CPU;
@@ -283,10 +285,10 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             && ((meta.nat_kind == NAT_NONE && meta.dnat_required == 0) || dnat_flow);
         // The flow's key as its slot holds it: the packet as it is now, but a forward's flow by
         // its public end (the original direction as it arrived; a reply from the public end).
-        bit<32> k_src = hdr.ipv4.src_addr;
-        bit<32> k_dst = hdr.ipv4.dst_addr;
-        l4_port_t k_sport = meta.l4_sport;
-        l4_port_t k_dport = meta.l4_dport;
+        bit<32> k_src = FLOW_SRC;
+        bit<32> k_dst = FLOW_DST;
+        l4_port_t k_sport = FLOW_SPORT;
+        l4_port_t k_dport = FLOW_DPORT;
         ipv4_addr_t addr_mix = meta.flow_addr_mix;
         l4_port_t port_mix = meta.flow_port_mix;
         if (dnat_orig) {
@@ -299,6 +301,10 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                 k_src = meta.dp_dnat_addr;
                 k_sport = meta.dp_dnat_port;
             }
+            addr_mix = k_src ^ k_dst;
+            port_mix = k_sport ^ k_dport;
+        } else if (FLOW_ICMP_ERROR) {
+            // Steering mixed the error's own addresses; the flow's are the quoted packet's.
             addr_mix = k_src ^ k_dst;
             port_mix = k_sport ^ k_dport;
         }
@@ -337,12 +343,12 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             slot1 = meta.dp_nat_slot;
         } else if (eligible || returned_nat) {
             hash(slot0, HashAlgorithm.crc32, 32w0,
-                 { addr_mix, addr_sum, hdr.ipv4.protocol, port_mix, port_sum },
+                 { addr_mix, addr_sum, FLOW_PROTO, port_mix, port_sum },
                  (bit<32>)FLOW_SLOTS);
             // The second: crc32 of the same fields in another order (crc16's 16 bits would
             // reach only the first 65,536 slots).
             hash(slot1, HashAlgorithm.crc32, 32w0,
-                 { port_sum, port_mix, hdr.ipv4.protocol, addr_sum, addr_mix },
+                 { port_sum, port_mix, FLOW_PROTO, addr_sum, addr_mix },
                  (bit<32>)FLOW_SLOTS);
             if (nat_flow) {
                 slot0 = slot0 & (NAT_DP_SLOTS - 1);
@@ -381,8 +387,8 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             meta.nat_port = nat[31:16];
         } else if (eligible && mine && live && meta.session_hit == 1) {
             // The exact entries carry the flow: keep the slot alive and note that this
-            // direction's exists.
-            if (meta.drop_session == 0) {
+            // direction's exists (an ICMP error says nothing of the flow's life).
+            if (meta.drop_session == 0 && !FLOW_ICMP_ERROR) {
                 state = state | installed;
                 if (closing_packet && (state & FLOW_STATE_CLOSING) == 0) {
                     state = state | FLOW_STATE_CLOSING;
@@ -412,9 +418,12 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             meta.meter_class = (class_id_t)state[23:16];
             meta.spm_port = (port_id_t)spm[56:48];
             meta.spm_mac = spm[47:0];
+            if (FLOW_ICMP_ERROR) {
+                meta.spm_port = 0;  // an error goes straight to the flow's end (as with a session)
+            }
             // Steering's "no SPM up" was about a new flow; this one keeps its SPM, like a session.
             meta.drop_session = DROP_NONE;
-            if (spm[56:48] == 0) {
+            if (meta.spm_port == 0) {
                 og_set_forwarding_drop(hdr, meta)
             } else {
                 meta.drop_fwd = DROP_NONE;
@@ -428,7 +437,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                 meta.nat_port = meta.dp_dnat_port;
                 OG_COUNT(flow_event_counter, FLOW_EVENT_DNAT_REPLY);
             }
-            if (nat_flow && spm[56:48] == 0) {
+            if (nat_flow && meta.spm_port == 0) {
                 // The original direction of a masqueraded flow with no SPM: rewrite it now.
                 bit<64> nat;
                 flow_nat.read(nat, slot);
@@ -437,7 +446,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                 meta.nat_addr = nat[63:32];
                 meta.nat_port = nat[31:16];
             }
-            if (want_nat == 0 && !closing_packet) {
+            if (want_nat == 0 && !closing_packet && !FLOW_ICMP_ERROR) {
                 // A routed flow, still without exact entries: report it again (from a packet of
                 // either direction) once its protocol's report interval has passed since its
                 // last report.
@@ -458,8 +467,12 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                     flow_state.write(slot, state);
                 }
             }
-            flow_seen.write(slot, meta.now);
-            OG_COUNT(flow_event_counter, FLOW_EVENT_HIT);
+            if (FLOW_ICMP_ERROR) {
+                OG_COUNT(flow_event_counter, FLOW_EVENT_RELATED);
+            } else {
+                flow_seen.write(slot, meta.now);
+                OG_COUNT(flow_event_counter, FLOW_EVENT_HIT);
+            }
         }
 #endif
 
