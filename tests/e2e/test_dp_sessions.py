@@ -174,3 +174,38 @@ def test_entries_on_demand_short_flows_recorded_long_ones_installed(
         "the API to list both pings, one with entries",
         lambda: icmp_entries() == ["False", "True"],
     )
+
+
+# Nothing listens on out1's UDP discard port: its kernel answers with a port unreachable.
+CLOSED_PORT = 9
+REFUSED_FLOWS = 10
+
+
+@pytest.fixture
+def out1_errors_unlimited(gateway: GatewayNetwork) -> Iterator[None]:
+    """out1's kernel sends an ICMP error for every datagram (by default, after a burst, about
+    one a second to a host: the test would measure Linux's rate limit, not the gateway)."""
+    before = gateway.run("out1", "sysctl -n net.ipv4.icmp_ratelimit").output.strip()
+    assert before.isdigit(), before
+    gateway.run("out1", "sysctl -qw net.ipv4.icmp_ratelimit=0")
+    try:
+        yield
+    finally:
+        gateway.run("out1", f"sysctl -qw net.ipv4.icmp_ratelimit={before}")
+
+
+@pytest.mark.parametrize("policy", ["gateway", "routed_gateway", "on_demand_gateway"])
+def test_a_closed_port_is_refused_at_once(
+    policy: str, request: pytest.FixtureRequest, out1_errors_unlimited: None
+) -> None:
+    """Ten UDP flows from h1 to a port out1 does not serve, masqueraded (the example policy),
+    routed, and routed with entries on demand: each socket gets out1's port unreachable
+    (ConnectionRefusedError) instead of waiting out its timeout. The example policy's ACL
+    drops ICMP from outside: only its relation to the flow's session lets the error in, and
+    with masquerade the quoted datagram is translated back to what h1 sent."""
+    gateway: GatewayNetwork = request.getfixturevalue(policy)
+    denied = gateway.counter(pc.C_DROP_COUNTER, pc.DROP_ACL_DENY)
+    out = run_probe(gateway, "h1", f"refused {OUT1} {CLOSED_PORT} {REFUSED_FLOWS}", timeout=90)
+    assert out["silent"] == [] and out["answered"] == [], out
+    assert len(out["refused"]) == REFUSED_FLOWS, out
+    assert gateway.counter(pc.C_DROP_COUNTER, pc.DROP_ACL_DENY) == denied

@@ -10,6 +10,10 @@
     python -m tests.e2e.udp_probe stream DST --duration S --interval S
         a new flow (a new local port) every interval; prints "sent PORT TIME" as it goes, then
         one JSON line {"flows": [[port, sent_at, replied], ...]}
+    python -m tests.e2e.udp_probe refused DST PORT FLOWS [--timeout S]
+        FLOWS flows (new local ports), one datagram each to DST:PORT where nothing listens;
+        prints one JSON object {"refused": [ports whose socket got the port unreachable],
+        "silent": [ports without an answer after TIMEOUT], "answered": [...]}
     python -m tests.e2e.udp_probe rounds DST FLOWS TRIPS [--timeout S]
         FLOWS flows (new local ports), one after the other, each TRIPS round trips from its
         first datagram on, each waiting up to TIMEOUT for its answer; prints one JSON object
@@ -150,6 +154,28 @@ def rounds(dst: str, flows: int, trips: int, timeout: float) -> dict[str, list[A
     return {"lost": lost, "ports": ports}
 
 
+def refused(dst: str, port: int, flows: int, timeout: float) -> dict[str, list[int]]:
+    """`flows` flows (new local ports), one datagram each to dst:port, where nothing listens:
+    a connected socket's recv() raises ConnectionRefusedError when the ICMP port unreachable
+    comes back to it (the kernel matches the error's quoted packet to the socket)."""
+    outcome: dict[str, list[int]] = {"refused": [], "silent": [], "answered": []}
+    for _ in range(flows):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect((dst, port))
+            local = sock.getsockname()[1]
+            sock.send(b"anyone there?")
+            try:
+                sock.recv(64)
+            except ConnectionRefusedError:
+                outcome["refused"].append(local)
+            except TimeoutError:
+                outcome["silent"].append(local)
+            else:
+                outcome["answered"].append(local)
+    return outcome
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="udp_probe")
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -171,8 +197,15 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("flows", type=int)
     r.add_argument("trips", type=int)
     r.add_argument("--timeout", type=float, default=2.0, help="wait this long for each answer")
+    c = sub.add_parser("refused")
+    c.add_argument("dst")
+    c.add_argument("port", type=int)
+    c.add_argument("flows", type=int)
+    c.add_argument("--timeout", type=float, default=3.0, help="wait this long for the error")
     args = parser.parse_args(argv)
-    if args.mode == "rounds":
+    if args.mode == "refused":
+        print(json.dumps(refused(args.dst, args.port, args.flows, args.timeout)), flush=True)
+    elif args.mode == "rounds":
         print(json.dumps(rounds(args.dst, args.flows, args.trips, args.timeout)), flush=True)
     elif args.mode == "fixed":
         print(

@@ -344,6 +344,20 @@ def tcp(
     )
 
 
+def icmp_error(
+    src: str, dst: str, quoted: Packet, kind: int = 3, code: int = 3, cut: int = 0
+) -> Packet:
+    """An ICMP error from `src` to `dst` quoting `quoted`'s IPv4 packet (its first `cut` bytes,
+    if `cut`), sent into the gateway's inside port (from_outside moves it outside)."""
+    body = bytes(quoted[IP])
+    return (
+        Ether(src=HOST_IN_MAC, dst=GW_MAC[INSIDE])
+        / IP(src=src, dst=dst, id=2)
+        / ICMP(type=kind, code=code)
+        / Raw(body[:cut] if cut else body)
+    )
+
+
 def inside(payload: Packet, **ip: object) -> Frame:
     """A frame h1 sends the gateway's inside port: its IPv4 header (fields `ip` over h1 -> h2,
     id 1) and `payload` above it."""
@@ -447,6 +461,37 @@ def well_formed() -> list[Stimulus]:
         Frame(INSIDE, _bad_ip_checksum(tcp(flags="PA"))),
         Frame(INSIDE, bytes(tcp(flags="PA"))[:14] + b"\x44" + bytes(tcp(flags="PA"))[15:]),  # IHL 4
         Frame(OUTSIDE, bytes(tcp(flags="PA")) + b"\x00" * 20),  # Ethernet padding, wrong port
+        # ICMP errors quoting a packet of a session (related: admitted, NAT undone in the
+        # quoted packet), of no session, or cut short after the quoted IPv4 header.
+        Frame(OUTSIDE, bytes(from_outside(icmp_error(HOST_OUT, HOST_IN, tcp(flags="PA"))))),
+        Frame(
+            OUTSIDE,
+            bytes(
+                from_outside(
+                    icmp_error(HOST_OUT, GW_OUT_IP, tcp(GW_OUT_IP, HOST_OUT, 61001, 80), 3, 4)
+                )
+            ),
+        ),
+        Frame(
+            INSIDE,
+            bytes(icmp_error(HOST_IN, HOST_OUT, tcp(HOST_OUT, HOST_IN, 61001, 40001), 3, 3)),
+        ),
+        Frame(
+            OUTSIDE,
+            bytes(
+                from_outside(
+                    icmp_error(
+                        "198.51.100.1",
+                        GW_OUT_IP,
+                        IP(src=GW_OUT_IP, dst=HOST_OUT, ttl=1) / UDP(sport=62000, dport=53) / b"q",
+                        11,
+                        0,
+                    )
+                )
+            ),
+        ),
+        Frame(OUTSIDE, bytes(from_outside(icmp_error(HOST_OUT, HOST_IN, tcp(sport=45999))))),
+        Frame(OUTSIDE, bytes(from_outside(icmp_error(HOST_OUT, HOST_IN, tcp(), cut=24)))),
         PacketOut(bytes(tcp(flags="PA", payload=b"from the CPU")), OUTSIDE),
         PacketOut(bytes(tcp(sport=45005, flags="S")), 0, submit_to_ingress=1),  # still no session
         PacketOut(bytes(tcp(flags="PA", payload=get)), 0, submit_to_ingress=1),  # session hit
