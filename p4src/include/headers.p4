@@ -95,12 +95,13 @@ header icmp_h {
 }
 
 // The first 8 bytes of the transport header an ICMP error quotes: TCP or UDP ports, then for
-// UDP its length and checksum (TCP's checksum lies beyond them).
+// UDP its length and checksum (TCP's checksum lies beyond them); an ICMP echo request's type and
+// code, checksum, identifier and sequence number.
 header quoted_l4_h {
-    l4_port_t sport;
-    l4_port_t dport;
-    bit<16>   word2;      // UDP: length
-    bit<16>   word3;      // UDP: checksum
+    l4_port_t sport;      // echo: type, code
+    l4_port_t dport;      // echo: checksum
+    bit<16>   word2;      // UDP: length; echo: identifier
+    bit<16>   word3;      // UDP: checksum; echo: sequence number
 }
 
 struct headers_t {
@@ -215,7 +216,8 @@ struct local_metadata_t {
 #ifdef OG_ICMP_RELATED
     // The key of the flow the packet belongs to, for the session lookups: the packet's own
     // (kept equal to its headers, NAT included), or, for an ICMP error that quotes a TCP or UDP
-    // packet, the quoted packet's reversed (the error travels back towards its sender).
+    // packet or an echo request, the quoted packet's reversed (the error travels back towards
+    // its sender; an echo request reversed is keyed as its reply: identifier as l4_dport).
     bit<1>      icmp_error;
     ipv4_addr_t flow_src;
     ipv4_addr_t flow_dst;
@@ -226,6 +228,8 @@ struct local_metadata_t {
     l4_port_t   quoted_old_port;     // before it rewrote them
     bit<16>     quoted_old_ip_csum;
     bit<16>     quoted_old_l4_csum;
+    bit<16>     quoted_new_l4_csum;
+    bit<1>      quoted_echo;         // the error quotes an ICMP echo request
 #endif
 
     // Why each step would drop the packet (0: it would not). A step writes only its own field and

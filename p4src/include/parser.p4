@@ -166,8 +166,8 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
 #ifdef OG_ICMP_RELATED
     // An error quotes the IPv4 header and the first 8 bytes of the packet it is about (RFC 792;
     // an error cut shorter is a parser error, dropped as truncated). A quoted first fragment of
-    // TCP or UDP without IP options gives the flow the error belongs to: the quoted packet
-    // reversed. Anything else quoted leaves the error to the ACL, as before.
+    // TCP, UDP or an ICMP echo request without IP options gives the flow the error belongs to:
+    // the quoted packet reversed. Anything else quoted leaves the error to the ACL, as before.
     state parse_icmp_error {
         pkt.extract(hdr.icmp);
         pkt.extract(hdr.quoted_ipv4);
@@ -175,8 +175,28 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
                           hdr.quoted_ipv4.protocol) {
             (5, 0, IP_PROTO_TCP): parse_quoted_l4;
             (5, 0, IP_PROTO_UDP): parse_quoted_l4;
+            (5, 0, IP_PROTO_ICMP): parse_quoted_icmp;
             default: accept;
         }
+    }
+
+    state parse_quoted_icmp {
+        transition select(pkt.lookahead<bit<8>>()) {
+            ICMP_ECHO_REQUEST: parse_quoted_echo;
+            default: accept;
+        }
+    }
+
+    // A ping's error: the flow is the echo's, keyed as its reply would be.
+    state parse_quoted_echo {
+        pkt.extract(hdr.quoted_l4);
+        meta.icmp_error = 1;
+        meta.quoted_echo = 1;
+        meta.flow_src = hdr.quoted_ipv4.dst_addr;
+        meta.flow_dst = hdr.quoted_ipv4.src_addr;
+        meta.flow_proto = IP_PROTO_ICMP;
+        meta.flow_dport = hdr.quoted_l4.word2;
+        transition accept;
     }
 
     state parse_quoted_l4 {

@@ -30,6 +30,7 @@ from opengate_test import (
     INSIDE,
     OUTSIDE,
     SPM_A,
+    icmp_echo,
     refresh,
     routed,
     tcp_packet,
@@ -62,14 +63,19 @@ def icmp_error(
 
 
 def quoted_as(quoted: Packet, addr: str, port: int, source: bool, l4_checksum: bool) -> bytes:
-    """`quoted` (an IP packet) with its source (or destination) address and port replaced and
-    its IPv4 checksum computed afresh; its transport checksum too if `l4_checksum` (UDP), else
-    kept as it was (TCP: beyond the 8 bytes the gateway reads)."""
+    """`quoted` (an IP packet) with its source (or destination) address and port (an echo
+    request: its identifier) replaced and its IPv4 checksum computed afresh; its transport
+    checksum too if `l4_checksum` (UDP; an echo's always), else kept as it was (TCP: beyond the
+    8 bytes the gateway reads)."""
     out = IP(bytes(quoted[IP]))
     setattr(out, "src" if source else "dst", addr)
+    del out.chksum
+    if ICMP in out:  # an echo request: its identifier is the port
+        out[ICMP].id = port
+        del out[ICMP].chksum
+        return bytes(out)
     layer = out[TCP] if TCP in out else out[UDP]
     setattr(layer, "sport" if source else "dport", port)
-    del out.chksum
     if l4_checksum:
         del layer.chksum
     return bytes(out)
@@ -216,6 +222,28 @@ class MasqueradedErrorTranslatedBySlot(DataPlaneNatTest):
         testutils.verify_packet(self, refresh(expected), OUTSIDE)
         testutils.verify_no_other_packets(self)
         self.wait_events(pc.FLOW_EVENT_RELATED, 2)
+
+
+class MasqueradedPingErrorTranslatedBySlot(DataPlaneNatTest):
+    """A ping the data plane masqueraded: a router's time exceeded about the echo request, to
+    the public address, reaches the inside host quoting the request as the host sent it (its
+    identifier, the quoted ICMP checksum); the ACL denies everything by then."""
+
+    def runTest(self) -> None:
+        self.classify_everything()
+        self.masquerade_in_data_plane()
+        echo = refresh(icmp_echo(ident=0x4321))
+        port = self.opened(echo)
+        set_acl_verdict(self, pc.A_ACL_DENY, 9)
+        left = routed(masqueraded(echo, port), OUTSIDE, HOST_OUT_MAC)
+        error = icmp_error(left, "198.51.100.1", GW_OUT_IP, OUTSIDE, TIME_EXCEEDED)
+        testutils.send_packet(self, OUTSIDE, bytes(error))
+        quoted = quoted_as(left, HOST_IN, 0x4321, source=True, l4_checksum=True)
+        testutils.verify_packet(
+            self, translated(error, HOST_IN, quoted, INSIDE, HOST_IN_MAC), INSIDE
+        )
+        testutils.verify_no_other_packets(self)
+        self.wait_events(pc.FLOW_EVENT_RELATED, 1)
 
 
 class MasqueradedErrorTranslatedByExactEntry(DataPlaneSessionTest):

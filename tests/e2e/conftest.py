@@ -3,11 +3,7 @@ brought up once and reused by the tests that ask for it, always taken down."""
 
 from __future__ import annotations
 
-import fcntl
-import os
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -63,43 +59,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-# Another run of the suite on this machine (CI beside a developer's run) would bring up
-# topologies with the same names: the second waits here for the first to finish instead.
-SUITE_LOCK = Path("/run/opengate/e2e-suite.lock")
-SUITE_WAIT = 3600.0
-
-
-def _hold_suite_lock() -> int:
-    SUITE_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(SUITE_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    deadline = time.monotonic() + SUITE_WAIT
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                holder = os.pread(fd, 16, 0).decode(errors="replace").strip()
-                os.close(fd)
-                pytest.fail(f"another test run (pid {holder}) held the topologies {SUITE_WAIT:g}s")
-            time.sleep(1.0)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
-
-
 @pytest.fixture(scope="session")
 def topologies() -> Iterator[Topologies]:
     skip_unless_root("the Mininet topology")
     skip_unless_tool("mnexec", "Mininet (Debian package mininet) runs the topology's hosts")
-    lock = _hold_suite_lock()
     try:
         yield _TOPOLOGIES
     finally:
-        try:
-            _TOPOLOGIES.close()
-        finally:
-            os.close(lock)
+        _TOPOLOGIES.close()
 
 
 @pytest.fixture

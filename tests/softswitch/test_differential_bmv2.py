@@ -490,6 +490,20 @@ def well_formed() -> list[Stimulus]:
                 )
             ),
         ),
+        Frame(
+            OUTSIDE,
+            bytes(
+                from_outside(
+                    icmp_error(
+                        "198.51.100.1",
+                        GW_OUT_IP,
+                        IP(src=GW_OUT_IP, dst=HOST_OUT, ttl=1) / ICMP(type=8, id=0x5678) / b"p",
+                        11,
+                        0,
+                    )
+                )
+            ),
+        ),
         Frame(OUTSIDE, bytes(from_outside(icmp_error(HOST_OUT, HOST_IN, tcp(sport=45999))))),
         Frame(OUTSIDE, bytes(from_outside(icmp_error(HOST_OUT, HOST_IN, tcp(), cut=24)))),
         PacketOut(bytes(tcp(flags="PA", payload=b"from the CPU")), OUTSIDE),

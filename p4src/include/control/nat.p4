@@ -202,40 +202,55 @@ control Nat(inout headers_t hdr, inout local_metadata_t meta) {
         // An ICMP error about a translated flow's packet quotes that packet as it was on the
         // wire: the quoted address and port on the side the outer header changed change too
         // (RFC 5508; a rewritten destination means the error goes to the quoted packet's
-        // source, and the other way round). The quoted IPv4 checksum, a quoted UDP checksum and
-        // the ICMP checksum, which covers the quoted bytes, are updated incrementally (RFC
-        // 1624). A quoted TCP checksum lies beyond the 8 bytes read and is left as it was:
-        // hosts do not check it.
-        if (meta.icmp_error == 1 && meta.nat_kind != NAT_NONE) {
+        // source, and the other way round; a quoted echo request's port is its identifier).
+        // The quoted IPv4 checksum, a quoted UDP or ICMP checksum and the ICMP checksum, which
+        // covers the quoted bytes, are updated incrementally (RFC 1624). A quoted TCP checksum
+        // lies beyond the 8 bytes read and is left as it was: hosts do not check it.
+        if (meta.icmp_error == 1 && meta.nat_kind != NAT_NONE
+                && (meta.quoted_echo == 0 || meta.nat_kind == NAT_REWRITE_DST)) {
             // Old values in metadata fields, not locals, and each step's result in its field:
             // p4c would otherwise nest the checksum expressions into one another.
             meta.quoted_old_addr = hdr.quoted_ipv4.dst_addr;
             meta.quoted_old_port = hdr.quoted_l4.dport;
             if (meta.nat_kind == NAT_REWRITE_DST) {
                 meta.quoted_old_addr = hdr.quoted_ipv4.src_addr;
-                meta.quoted_old_port = hdr.quoted_l4.sport;
                 hdr.quoted_ipv4.src_addr = meta.nat_addr;
-                hdr.quoted_l4.sport = meta.nat_port;
+                if (meta.quoted_echo == 1) {
+                    meta.quoted_old_port = hdr.quoted_l4.word2;
+                    hdr.quoted_l4.word2 = meta.nat_port;
+                } else {
+                    meta.quoted_old_port = hdr.quoted_l4.sport;
+                    hdr.quoted_l4.sport = meta.nat_port;
+                }
             } else {
                 hdr.quoted_ipv4.dst_addr = meta.nat_addr;
                 hdr.quoted_l4.dport = meta.nat_port;
             }
             meta.quoted_old_ip_csum = hdr.quoted_ipv4.hdr_checksum;
-            meta.quoted_old_l4_csum = hdr.quoted_l4.word3;
             hdr.quoted_ipv4.hdr_checksum = csum_replace(meta.quoted_old_ip_csum,
                 meta.quoted_old_addr, meta.nat_addr, 0, 0);
-            if (hdr.quoted_ipv4.protocol == IP_PROTO_UDP && meta.quoted_old_l4_csum != 0) {
-                hdr.quoted_l4.word3 = csum_replace(meta.quoted_old_l4_csum,
-                    meta.quoted_old_addr, meta.nat_addr, meta.quoted_old_port, meta.nat_port);
-                if (hdr.quoted_l4.word3 == 0) {
-                    hdr.quoted_l4.word3 = 0xffff;
+            if (meta.quoted_echo == 1) {
+                // An echo's checksum has no pseudo-header: only the identifier changed.
+                meta.quoted_old_l4_csum = hdr.quoted_l4.dport;
+                hdr.quoted_l4.dport = csum_replace(meta.quoted_old_l4_csum, 0, 0,
+                    meta.quoted_old_port, meta.nat_port);
+                meta.quoted_new_l4_csum = hdr.quoted_l4.dport;
+            } else {
+                meta.quoted_old_l4_csum = hdr.quoted_l4.word3;
+                if (hdr.quoted_ipv4.protocol == IP_PROTO_UDP && meta.quoted_old_l4_csum != 0) {
+                    hdr.quoted_l4.word3 = csum_replace(meta.quoted_old_l4_csum,
+                        meta.quoted_old_addr, meta.nat_addr, meta.quoted_old_port, meta.nat_port);
+                    if (hdr.quoted_l4.word3 == 0) {
+                        hdr.quoted_l4.word3 = 0xffff;
+                    }
                 }
+                meta.quoted_new_l4_csum = hdr.quoted_l4.word3;
             }
             // Address, port and both checksums: the ICMP checksum covers all four.
             hdr.icmp.checksum = csum_replace_more(hdr.icmp.checksum, meta.quoted_old_addr,
                 meta.nat_addr, meta.quoted_old_port, meta.nat_port,
                 meta.quoted_old_ip_csum ++ meta.quoted_old_l4_csum,
-                hdr.quoted_ipv4.hdr_checksum ++ hdr.quoted_l4.word3);
+                hdr.quoted_ipv4.hdr_checksum ++ meta.quoted_new_l4_csum);
         }
 #endif
     }
