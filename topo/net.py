@@ -159,6 +159,57 @@ def release_names(fds: list[int]) -> None:
     fds.clear()
 
 
+# Every process a topology starts (switches, controller, SPMs, clamd, host shells, services)
+# inherits this variable, "OWNER_PID:NAME,NAME...", so that the processes of a run that was
+# killed, which its end did not stop, can be found and stopped by the next run with its names.
+TOPOLOGY_ENV = "OPENGATE_TOPOLOGY"
+
+
+def topology_token(names: list[str]) -> str:
+    return f"{os.getpid()}:{','.join(names)}"
+
+
+def _topology_of(pid: int) -> tuple[int, set[str]] | None:
+    """The owner PID and names a process's OPENGATE_TOPOLOGY gives, if it has one."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    prefix = f"{TOPOLOGY_ENV}=".encode()
+    for item in environ.split(b"\0"):
+        if item.startswith(prefix):
+            owner, _, names = item[len(prefix) :].decode(errors="replace").partition(":")
+            if owner.isdigit():
+                return int(owner), set(names.split(","))
+    return None
+
+
+def stop_leftover_processes(names: list[str], timeout: float = 5.0) -> list[int]:
+    """Stop, by PID, the processes a topology with any of `names` started whose owner (the
+    process that ran that topology) is gone: a killed run's. SIGTERM, then SIGKILL after
+    `timeout`. Returns their PIDs."""
+    wanted = set(names)
+    left = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        found = _topology_of(int(entry.name))
+        if found is not None and found[1] & wanted and not _running(found[0]):
+            left.append(int(entry.name))
+    if left:
+        LOG.warning("stopping processes a killed topology left: pids %s", left)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        while any(_running(pid) for pid in left) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not any(_running(pid) for pid in left):
+            break
+    return left
+
+
 def remove_leftovers(names: list[str]) -> list[str]:
     """Delete the interfaces under `names` that exist although no topology holds the names
     (claim_names succeeded): a killed run left them. Returns what it deleted; raises
@@ -249,8 +300,13 @@ class GatewayNetwork:
     def start(self) -> None:
         if os.geteuid() != 0:
             raise ConfigError("the topology needs root (Mininet creates namespaces and links)")
-        self._name_locks = claim_names(switch_names(self.spec))
-        remove_leftovers(switch_names(self.spec))
+        names = switch_names(self.spec)
+        self._name_locks = claim_names(names)
+        stop_leftover_processes(names)
+        remove_leftovers(names)
+        os.environ[TOPOLOGY_ENV] = topology_token(
+            names
+        )  # for all it starts (stop_leftover_processes)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         setLogLevel("warning")
         net = Mininet(controller=None, build=False, autoSetMacs=False, autoStaticArp=False)
@@ -713,4 +769,8 @@ class GatewayNetwork:
                 self.net.stop()
                 self.net = None
         finally:
+            if self._name_locks and os.environ.get(TOPOLOGY_ENV) == topology_token(
+                switch_names(self.spec)
+            ):
+                del os.environ[TOPOLOGY_ENV]
             release_names(self._name_locks)

@@ -1,8 +1,11 @@
 """A topology's switch names: held by the process that runs it, so that a second one fails
-naming it, and what a killed run left behind is removed by the next start."""
+naming it, and what a killed run left behind (interfaces, processes) is removed by the next
+start."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,7 +16,14 @@ import pytest
 from opengate.errors import ConfigError
 from opengate.netutil import delete_link
 from tests.helpers import skip_unless_root, skip_unless_tool
-from topo.net import claim_names, interfaces_named, release_names, remove_leftovers
+from topo.net import (
+    TOPOLOGY_ENV,
+    claim_names,
+    interfaces_named,
+    release_names,
+    remove_leftovers,
+    stop_leftover_processes,
+)
 
 # Names no topology file of the project uses, so that a topology up in this run is not touched.
 NAMES = ["ogclm-lan", "ogclm-npm"]
@@ -80,3 +90,38 @@ def test_leftovers_of_a_killed_run_are_removed(leftovers: list[str]) -> None:
     assert remove_leftovers(NAMES) == ["ogclm-lan", "ogclm-lan-eth2", "ogclm-npm-eth1"]
     assert interfaces_named(NAMES) == []
     assert remove_leftovers(NAMES) == []
+
+
+def _dead_pid() -> int:
+    """The PID of a process that has ended (reaped)."""
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    return ended.pid
+
+
+def test_processes_of_a_killed_run_are_stopped_and_no_others() -> None:
+    """A process a killed topology left (its owner gone) is stopped; one whose owner lives, one
+    of a topology with other names, and one without the mark are left alone."""
+    skip_unless_root("reading other processes' environments")
+    dead = _dead_pid()
+    marks = {
+        "orphan": f"{dead}:ogclm-lan,ogclm-npm",
+        "owner alive": f"{os.getpid()}:ogclm-npm",
+        "other names": f"{dead}:ogclm-elsewhere",
+        "unmarked": None,
+    }
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for what, mark in marks.items():
+            env = {k: v for k, v in os.environ.items() if k != TOPOLOGY_ENV}
+            if mark is not None:
+                env[TOPOLOGY_ENV] = mark
+            processes[what] = subprocess.Popen(["sleep", "60"], env=env)
+        stopped = stop_leftover_processes(NAMES, timeout=5.0)
+        assert stopped == [processes["orphan"].pid]
+        assert processes["orphan"].wait(timeout=5) == -signal.SIGTERM
+        assert all(p.poll() is None for w, p in processes.items() if w != "orphan")
+    finally:
+        for process in processes.values():
+            process.kill()
+            process.wait()
