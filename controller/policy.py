@@ -60,7 +60,11 @@ TO_CPU_ACTIONS = ("drop", "permit")
 # slot): at once, or once the data plane reports the flow again, i.e. once it lives on
 # (sessions.data_plane_entries).
 DATA_PLANE_ENTRIES = ("always", "on_demand")
-CPU_REASONS = {"session_nat": pc.CPU_REASON_SESSION_NAT, "acl": pc.CPU_REASON_ACL}
+CPU_REASONS = {
+    "session_nat": pc.CPU_REASON_SESSION_NAT,
+    "acl": pc.CPU_REASON_ACL,
+    "ttl_expired": pc.CPU_REASON_TTL_EXPIRED,
+}
 MAX_CLASS_ID = (1 << 8) - 1
 MAX_PORT_NUMBER = (1 << 9) - 2  # 9-bit ports; 511 is unused, 255 is the CPU port
 MAX_POOL_ID = (1 << 16) - 1

@@ -945,6 +945,12 @@ class Controller:
                 "promoted": stats.promoted,
                 "slot_aged": stats.slot_aged,
             },
+            # time exceeded answers to packets whose TTL ran out at the gateway
+            "icmp": {
+                "time_exceeded": self.sessions.icmp.sent,
+                "not_answered": self.sessions.icmp.not_answered,
+                "rate_limited": self.sessions.icmp.rate_limited,
+            },
             "spms": {name: s.as_dict() for name, s in self.spms.states.items()},
             "events_pending": self.bus.pending,
         }

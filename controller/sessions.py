@@ -37,6 +37,7 @@ from finsy.proto import p4r, rpc_code
 
 from controller.db import Database, DbWriter
 from controller.events import Event, SessionsInstalled, SessionsRemoved
+from controller.gateway_icmp import GatewayIcmp
 from controller.metrics import Metrics
 from controller.npm import NpmConnection, WriteResult
 from controller.policy import Policy
@@ -143,6 +144,7 @@ class SessionManager:
         self.nat_in_use: dict[str, int] = {}
         self.next_id = db.max_session_id() + 1
         self.stats = SessionStats()
+        self.icmp = GatewayIcmp()  # the time exceeded answers to TTL_EXPIRED packet-ins
         self._encoders: dict[str, SessionEncoder] = {}
         self._nat_cursor: dict[tuple[str, int, int], int] = {}
         # Where every port of the range was taken: (npm, remote address, NAT address, proto,
@@ -269,7 +271,8 @@ class SessionManager:
             self._promote(npm, list(known_sessions.values()), "sessions (long-lived)")
 
     def on_packet_ins(self, events: Sequence[Any]) -> None:
-        """PacketIn events: NAT session set-up (and ACL to-CPU packets)."""
+        """PacketIn events: NAT session set-up (and ACL to-CPU packets, and packets whose TTL
+        ran out, answered with a time exceeded)."""
         pending: dict[str, list[_Pending]] = {}
         reinject: list[tuple[str, bytes]] = []
         now = dt.datetime.now(dt.UTC)
@@ -277,6 +280,13 @@ class SessionManager:
             reason = event.metadata.get("reason", 0)
             reason_name = pc.CPU_REASON_NAMES.get(reason, str(reason))
             self.metrics.packet_ins.labels(event.npm, reason_name).inc()
+            if reason == pc.CPU_REASON_TTL_EXPIRED:
+                port = event.metadata.get("ingress_port", 0)
+                reply = self.icmp.answer(self.policy, event.npm, port, event.payload)
+                if reply is not None:
+                    self.npms[event.npm].packet_out(reply, submit_to_ingress=False, port=port)
+                    self.stats.packet_outs += 1
+                continue
             key = parse_flow(event.payload)
             log = LOG.getChild("packet_in")
             if key is None:

@@ -84,7 +84,8 @@ const bit<32> DROP_REASON_COUNT = 20;
 // Why a packet goes to the controller (packet_in.reason).
 const cpu_reason_t CPU_REASON_SESSION_NAT = 1;  // opening packet of a session that needs NAT
 const cpu_reason_t CPU_REASON_ACL         = 2;  // an ACL rule says to-CPU
-const bit<32> CPU_REASON_COUNT = 3;
+const cpu_reason_t CPU_REASON_TTL_EXPIRED = 3;  // from an inside host, its TTL runs out here
+const bit<32> CPU_REASON_COUNT = 4;
 
 // ACL verdicts.
 const acl_verdict_t ACL_DENY   = 0;

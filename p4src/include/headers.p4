@@ -177,6 +177,13 @@ struct session_close_t {
     ((meta).drop_valid == 0 && (meta).drop_tag == 0 && (meta).port_role != ROLE_UNKNOWN \
      && ((meta).tagged == 0 || (meta).port_role == ROLE_SPM))
 
+// A packet from an inside host whose TTL runs out at the gateway, sent to it (a unicast frame)
+// for a unicast address: the CPM answers it with a time exceeded. Multicast and broadcast (TTL 1
+// is common there: SSDP, IGMP) are never answered, and are dropped as before.
+#define og_expires_here(hdr, meta) \
+    (og_admitted(meta) && (meta).port_role == ROLE_INSIDE && (hdr).ipv4.ttl <= 1 \
+     && (hdr).ethernet.dst_addr[40:40] == 0 && (hdr).ipv4.dst_addr[31:28] < 0xe)
+
 // Why a packet that leaves by its route would be dropped, into meta.drop_fwd: Routing, and
 // SessionSetup for a packet that a data-plane session admits. Statements, not a conditional
 // expression: bf-p4c turns an assignment of `?:` into an action that branches, which Tofino

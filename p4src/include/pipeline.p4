@@ -58,55 +58,64 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
                 meta.key_dport = meta.l4_dport;
                 classify.apply(hdr, meta);
                 steering.apply(hdr, meta);
-                // Back from an SPM with NAT already done: the 5-tuple is post-NAT; just route.
-                if (og_admitted(meta) && meta.returned_nat_done == 0) {
-                    session.apply(hdr, meta);
-                }
-#ifdef OG_ICMP_RELATED
-                // An ICMP error its flow's session admits goes straight to the flow's end,
-                // translated now if the flow is (RFC 5508), never to an SPM.
-                if (meta.icmp_error == 1) {
-                    meta.spm_port = 0;
-                }
-#endif
-                // Without an exact entry, a reply to a flow the data plane masqueraded is found
-                // by its port and translated back before routing (like nat_before_spm).
-                nat_reverse.apply(hdr, meta);
-                if (meta.session_hit == 0 && meta.returned_nat_done == 0) {
-                    port_forward.apply(hdr, meta);
-                }
-                // NAT now unless it waits for the SPM (original direction of an inspected flow).
-                if ((meta.session_hit == 1
-                        && (meta.spm_port == 0 || meta.nat_before_spm == 1 || meta.returned == 1))
-                        || meta.dp_nat_reverse == 1 || meta.dp_dnat_now == 1) {
-                    nat.apply(hdr, meta);
-                }
-                routing.apply(hdr, meta);
-                if (meta.session_hit == 1) {
-                    meta.meter_class = meta.session_class;
+                if (og_expires_here(hdr, meta)) {
+                    // A unicast packet from an inside host whose TTL runs out here goes to the
+                    // CPM as it arrived (no session, no NAT, whatever the ACL says, as a router
+                    // checks the TTL before its filters), metered like every packet-in; the CPM
+                    // answers with a time exceeded from the port's address (traceroute).
+                    meta.to_cpu = 1;
+                    meta.cpu_reason = CPU_REASON_TTL_EXPIRED;
                 } else {
-                    meta.meter_class = meta.ids_class;
-                    if (meta.returned == 0) {
-                        meta.spm_port = meta.sel_spm_port;
-                        meta.spm_mac = meta.sel_spm_mac;
-                        if (meta.needs_inspection == 1 && meta.sel_spm_port == 0
-                                && meta.spm_fail_open == 0) {
-                            meta.drop_session = DROP_NO_SPM;
+                    // Back from an SPM with NAT already done: the 5-tuple is post-NAT; just route.
+                    if (og_admitted(meta) && meta.returned_nat_done == 0) {
+                        session.apply(hdr, meta);
+                    }
+#ifdef OG_ICMP_RELATED
+                    // An ICMP error its flow's session admits goes straight to the flow's end,
+                    // translated now if the flow is (RFC 5508), never to an SPM.
+                    if (meta.icmp_error == 1) {
+                        meta.spm_port = 0;
+                    }
+#endif
+                    // Without an exact entry, a reply to a flow the data plane masqueraded is found
+                    // by its port and translated back before routing (like nat_before_spm).
+                    nat_reverse.apply(hdr, meta);
+                    if (meta.session_hit == 0 && meta.returned_nat_done == 0) {
+                        port_forward.apply(hdr, meta);
+                    }
+                    // NAT now unless it waits for the SPM (original direction of an inspected flow).
+                    if ((meta.session_hit == 1
+                            && (meta.spm_port == 0 || meta.nat_before_spm == 1 || meta.returned == 1))
+                            || meta.dp_nat_reverse == 1 || meta.dp_dnat_now == 1) {
+                        nat.apply(hdr, meta);
+                    }
+                    routing.apply(hdr, meta);
+                    if (meta.session_hit == 1) {
+                        meta.meter_class = meta.session_class;
+                    } else {
+                        meta.meter_class = meta.ids_class;
+                        if (meta.returned == 0) {
+                            meta.spm_port = meta.sel_spm_port;
+                            meta.spm_mac = meta.sel_spm_mac;
+                            if (meta.needs_inspection == 1 && meta.sel_spm_port == 0
+                                    && meta.spm_fail_open == 0) {
+                                meta.drop_session = DROP_NO_SPM;
+                            }
                         }
                     }
-                }
-                if (meta.returned_nat_done == 0) {
-                    if (meta.session_hit == 0) {
-                        nat_policy.apply(hdr, meta);
-                    }
-                    session_setup.apply(hdr, meta);
+                    if (meta.returned_nat_done == 0) {
+                        if (meta.session_hit == 0) {
+                            nat_policy.apply(hdr, meta);
+                        }
+                        session_setup.apply(hdr, meta);
 #ifdef OG_DP_SESSIONS
-                    // A rewrite that does not change the route, last: a masquerade or a
-                    // forward's reply the data plane carries, or a forward undone for the CPU.
-                    if (meta.dp_late_nat == 1) {
-                        late_nat.apply(hdr, meta);
-                    }
+                        // A rewrite that does not change the route, last: a masquerade or a
+                        // forward's reply the data plane carries, or a forward undone for the CPU.
+                        if (meta.dp_late_nat == 1) {
+                            late_nat.apply(hdr, meta);
+                        }
 #endif
+                    }
                 }
                 forwarding.apply(hdr, meta);
             }

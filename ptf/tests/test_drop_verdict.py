@@ -8,9 +8,12 @@ from ptf import testutils
 from opengate import p4constants as pc
 
 from opengate_test import (
+    GW_MAC,
     HOST_IN,
     HOST_OUT,
+    HOST_OUT_MAC,
     INSIDE,
+    OUTSIDE,
     TAG_BASE,
     OpenGateTest,
     refresh,
@@ -61,13 +64,23 @@ class AclDenyBeforeNoRoute(OpenGateTest):
 
 
 class BlockedSessionBeforeTtl(OpenGateTest):
-    """A packet of a blocked session with TTL 1: the session's verdict comes first."""
+    """A packet of a blocked session with TTL 1, from outside: the session's verdict comes
+    first. (From inside, TTL 1 goes to the CPM before any session: test_validation.)"""
 
     def runTest(self) -> None:
-        self.add_session(HOST_IN, HOST_OUT, 6, 40000, 80, block=True)
-        packet = refresh(tcp_packet(flags="A", ttl=1))
+        self.add_session(HOST_OUT, HOST_IN, 6, 80, 40000, block=True)
+        packet = tcp_packet(
+            src=HOST_OUT,
+            dst=HOST_IN,
+            sport=80,
+            dport=40000,
+            flags="A",
+            eth_src=HOST_OUT_MAC,
+            eth_dst=GW_MAC[OUTSIDE],
+            ttl=1,
+        )
         assert_first_reason(
-            self, INSIDE, bytes(packet), pc.DROP_SESSION_BLOCKED, pc.DROP_TTL_EXPIRED
+            self, OUTSIDE, bytes(refresh(packet)), pc.DROP_SESSION_BLOCKED, pc.DROP_TTL_EXPIRED
         )
 
 

@@ -7,7 +7,20 @@ from scapy.layers.inet import IP, IPOption_NOP, IPOption_RR
 
 from opengate import p4constants as pc
 
-from opengate_test import HOST_OUT_MAC, INSIDE, OUTSIDE, OpenGateTest, refresh, routed, tcp_packet
+from opengate_test import (
+    GW_MAC,
+    GW_OUT_IP,
+    HOST_IN,
+    HOST_OUT,
+    HOST_OUT_MAC,
+    INSIDE,
+    OUTSIDE,
+    OpenGateTest,
+    refresh,
+    routed,
+    tcp_packet,
+    udp_packet,
+)
 
 
 class BadChecksumDropped(OpenGateTest):
@@ -76,12 +89,69 @@ class TruncatedHeaderDropped(OpenGateTest):
         self.assert_dropped(INSIDE, raw[: 14 + 20 + 8], pc.DROP_TRUNCATED)
 
 
-class TtlOneDropped(OpenGateTest):
-    """A packet that would be routed with TTL 1 is dropped as TTL_EXPIRED, not forwarded."""
+class TtlOneFromOutsideDropped(OpenGateTest):
+    """A packet from outside that would be routed with TTL 1 is dropped as TTL_EXPIRED, not
+    forwarded, and not sent to the CPM (the gateway answers inside hosts only)."""
 
     def runTest(self) -> None:
         self.classify_everything()
-        self.assert_dropped(INSIDE, bytes(refresh(tcp_packet(ttl=1))), pc.DROP_TTL_EXPIRED)
+        packet = tcp_packet(
+            src=HOST_OUT,
+            dst=HOST_IN,
+            sport=80,
+            dport=40000,
+            flags="SA",
+            eth_src=HOST_OUT_MAC,
+            eth_dst=GW_MAC[OUTSIDE],
+            ttl=1,
+        )
+        self.assert_dropped(OUTSIDE, bytes(refresh(packet)), pc.DROP_TTL_EXPIRED)
+        self.assertIsNone(self.client.get_packet_in(timeout=0.2), "a packet-in")
+
+
+class TtlOneFromInsideGoesToTheCpm(OpenGateTest):
+    """A unicast packet from an inside host whose TTL runs out here goes to the CPM as it
+    arrived (reason TTL_EXPIRED), before NAT and whatever the ACL says: here its flow has a
+    masqueraded session and the ACL denies. It is not forwarded, and nothing is dropped."""
+
+    def runTest(self) -> None:
+        self.classify_everything(acl_action=pc.A_ACL_DENY, rule_id=3)
+        self.add_session(
+            HOST_IN,
+            HOST_OUT,
+            6,
+            40000,
+            80,
+            nat_kind=pc.NAT_REWRITE_SRC,
+            nat_addr=GW_OUT_IP,
+            nat_port=61001,
+        )
+        drops = sum(self.counter(pc.C_DROP_COUNTER, r)[0] for r in pc.DROP_NAMES)
+        for packet in (tcp_packet(flags="A", ttl=1), tcp_packet(flags="S", ttl=0)):
+            raw = bytes(refresh(packet))
+            testutils.send_packet(self, INSIDE, raw)
+            packet_in = self.client.get_packet_in(timeout=5)
+            self.assertIsNotNone(packet_in, "no packet-in")
+            assert packet_in is not None
+            meta = self.schema.decode_packet_metadata("packet_in", packet_in.metadata)
+            self.assertEqual(
+                (meta["ingress_port"], meta["reason"]), (INSIDE, pc.CPU_REASON_TTL_EXPIRED)
+            )
+            self.assertEqual(packet_in.payload, raw, "the packet as it arrived")
+        testutils.verify_no_other_packets(self)
+        self.assertEqual(sum(self.counter(pc.C_DROP_COUNTER, r)[0] for r in pc.DROP_NAMES), drops)
+
+
+class TtlOneMulticastFromInsideDropped(OpenGateTest):
+    """Multicast with TTL 1 from inside (SSDP, IGMP do that) is never answered: no packet-in."""
+
+    def runTest(self) -> None:
+        self.classify_everything()
+        packet = udp_packet(dst="239.255.255.250", dport=1900, eth_dst="01:00:5e:7f:ff:fa")
+        packet[IP].ttl = 1
+        testutils.send_packet(self, INSIDE, bytes(refresh(packet)))
+        testutils.verify_no_other_packets(self)
+        self.assertIsNone(self.client.get_packet_in(timeout=0.2), "a packet-in")
 
 
 class Ipv4OptionsForwarded(OpenGateTest):

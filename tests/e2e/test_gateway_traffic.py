@@ -52,6 +52,15 @@ def test_inside_host_pings_outside(gateway: GatewayNetwork) -> None:
     assert " 0% packet loss" in output
 
 
+def test_a_ping_whose_ttl_runs_out_at_the_gateway_is_answered(gateway: GatewayNetwork) -> None:
+    """ping with TTL 1: the gateway's inside address answers with a time exceeded (its CPM,
+    from the NPM's packet-in), as traceroute and mtr need; the status counts it."""
+    before = gateway.api("GET", "/api/v1/status")["icmp"]["time_exceeded"]
+    result = gateway.run("h1", f"ping -c 1 -t 1 -W 5 {OUT1}", timeout=30)
+    assert "From 10.0.1.1 icmp_seq=1 Time to live exceeded" in result.output, result.output
+    assert gateway.api("GET", "/api/v1/status")["icmp"]["time_exceeded"] == before + 1
+
+
 def test_udp_datagram_is_answered_through_nat(gateway: GatewayNetwork) -> None:
     reply = ok(
         gateway,

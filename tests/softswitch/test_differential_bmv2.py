@@ -433,6 +433,8 @@ def well_formed() -> list[Stimulus]:
         Frame(OUTSIDE, bytes(from_outside(tcp(HOST_OUT, GW_OUT_IP, 50001, 8080, "S")))),  # fwd
         Frame(INSIDE, bytes(tcp(flags="PA", ttl=1))),  # TTL expires
         Frame(INSIDE, bytes(tcp(flags="PA", ttl=0))),
+        Frame(OUTSIDE, bytes(from_outside(tcp(HOST_OUT, HOST_IN, 80, 40000, "A", ttl=1)))),
+        inside(UDP(sport=1900, dport=1900) / b"M-SEARCH", dst="239.255.255.250", ttl=1),
         Frame(INSIDE, bytes(tcp(dst="192.0.2.9", sport=45004, flags="S"))),  # no route
         Frame(
             INSIDE,
