@@ -95,16 +95,10 @@ class TtlOneFromOutsideDropped(OpenGateTest):
 
     def runTest(self) -> None:
         self.classify_everything()
-        packet = tcp_packet(
-            src=HOST_OUT,
-            dst=HOST_IN,
-            sport=80,
-            dport=40000,
-            flags="SA",
-            eth_src=HOST_OUT_MAC,
-            eth_dst=GW_MAC[OUTSIDE],
-            ttl=1,
+        packet = udp_packet(
+            src=HOST_OUT, dst=HOST_IN, eth_src=HOST_OUT_MAC, eth_dst=GW_MAC[OUTSIDE]
         )
+        packet[IP].ttl = 1
         self.assert_dropped(OUTSIDE, bytes(refresh(packet)), pc.DROP_TTL_EXPIRED)
         self.assertIsNone(self.client.get_packet_in(timeout=0.2), "a packet-in")
 
