@@ -301,6 +301,34 @@ class OpenGateTest(P4RuntimeTest):
         self._undo.append(lambda: self.client.delete([message]))
         return entry
 
+    def add_masqueraded_session(self, reply: bool = False) -> TableEntry:
+        """The controller's entry masquerading HOST_IN:40000 -> HOST_OUT:80 (TCP) as
+        GW_OUT_IP:61001, and with `reply` the reply's entry, rewritten back before any SPM.
+        Returns the original direction's."""
+        original = self.add_session(
+            HOST_IN,
+            HOST_OUT,
+            6,
+            40000,
+            80,
+            nat_kind=pc.NAT_REWRITE_SRC,
+            nat_addr=GW_OUT_IP,
+            nat_port=61001,
+        )
+        if reply:
+            self.add_session(
+                HOST_OUT,
+                GW_OUT_IP,
+                6,
+                80,
+                61001,
+                nat_kind=pc.NAT_REWRITE_DST,
+                nat_addr=HOST_IN,
+                nat_port=40000,
+                nat_before_spm=1,
+            )
+        return original
+
     # -- SPM pools ----------------------------------------------------------------------
 
     def add_spm_pool(

@@ -252,27 +252,7 @@ class MasqueradedErrorTranslatedByExactEntry(DataPlaneSessionTest):
     checksum, beyond the 8 bytes read, is left as it was."""
 
     def runTest(self) -> None:
-        self.add_session(
-            HOST_IN,
-            HOST_OUT,
-            6,
-            40000,
-            80,
-            nat_kind=pc.NAT_REWRITE_SRC,
-            nat_addr=GW_OUT_IP,
-            nat_port=61001,
-        )
-        self.add_session(
-            HOST_OUT,
-            GW_OUT_IP,
-            6,
-            80,
-            61001,
-            nat_kind=pc.NAT_REWRITE_DST,
-            nat_addr=HOST_IN,
-            nat_port=40000,
-            nat_before_spm=1,
-        )
+        self.add_masqueraded_session(reply=True)
         segment = refresh(tcp_packet(flags="PA", payload=b"x" * 1400))
         left = segment.copy()
         left[IP].src = GW_OUT_IP

@@ -29,16 +29,7 @@ class SnatRewritesTcpSourceAndChecksums(OpenGateTest):
     checksums equal to a full recomputation."""
 
     def runTest(self) -> None:
-        self.add_session(
-            HOST_IN,
-            HOST_OUT,
-            6,
-            40000,
-            80,
-            nat_kind=pc.NAT_REWRITE_SRC,
-            nat_addr=GW_OUT_IP,
-            nat_port=61001,
-        )
+        self.add_masqueraded_session()
         packet = refresh(
             tcp_packet(flags="PA", payload=b"GET /index.html HTTP/1.1\r\nHost: x\r\n\r\n")
         )

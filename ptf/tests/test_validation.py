@@ -9,7 +9,6 @@ from opengate import p4constants as pc
 
 from opengate_test import (
     GW_MAC,
-    GW_OUT_IP,
     HOST_IN,
     HOST_OUT,
     HOST_OUT_MAC,
@@ -110,16 +109,7 @@ class TtlOneFromInsideGoesToTheCpm(OpenGateTest):
 
     def runTest(self) -> None:
         self.classify_everything(acl_action=pc.A_ACL_DENY, rule_id=3)
-        self.add_session(
-            HOST_IN,
-            HOST_OUT,
-            6,
-            40000,
-            80,
-            nat_kind=pc.NAT_REWRITE_SRC,
-            nat_addr=GW_OUT_IP,
-            nat_port=61001,
-        )
+        self.add_masqueraded_session()
         drops = sum(self.counter(pc.C_DROP_COUNTER, r)[0] for r in pc.DROP_NAMES)
         for packet in (tcp_packet(flags="A", ttl=1), tcp_packet(flags="S", ttl=0)):
             raw = bytes(refresh(packet))
