@@ -4,7 +4,9 @@ build; without bf-p4c, `make tofino` says so."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from opengate import p4constants as pc
 from opengate import tofino
 from opengate.p4info import P4InfoError, P4Schema
 from opengate.target import repo_root
+from tests.helpers import skip_unless_tool
 
 BUILD = repo_root() / "p4src" / "build" / "tofino"
 V1MODEL = {
@@ -175,3 +178,32 @@ def test_make_tofino_says_that_bf_p4c_is_missing(tmp_path: Path) -> None:
     env = {"PATH": str(tmp_path), "BF_PREFIX": str(tmp_path / "nothing")}
     with pytest.raises(tofino.BfP4cMissingError, match=r"bf-p4c .* is not installed"):
         tofino.find_bf_p4c(env)
+
+
+def _tna_includes() -> Path | None:
+    """Where Tofino's architecture files (tna.p4, t2na.p4) are: TNA_P4INCLUDE, else where a
+    bf-p4c installation puts them."""
+    explicit = os.environ.get("TNA_P4INCLUDE")
+    candidates = [Path(explicit)] if explicit else []
+    candidates.append(tofino.DEFAULT_PREFIX / "share" / "p4c" / "p4include")
+    return next((c for c in candidates if (c / "tna.p4").is_file()), None)
+
+
+@pytest.mark.parametrize("build", tofino.BUILDS, ids=lambda b: b.name)
+def test_p4test_accepts_the_tna_shell(build: tofino.Build) -> None:
+    """Without bf-p4c, p4c's own front and middle ends (p4test) still type-check the TNA shell
+    against Tofino's architecture files, when they are at hand (a bf-p4c installation, or
+    TNA_P4INCLUDE naming p4c's backends/tofino/bf-p4c/p4include): a change to the shared P4 that
+    breaks the TNA build shows here before anyone runs bf-p4c."""
+    p4test = skip_unless_tool("p4test", "p4c's p4test type-checks the TNA shell")
+    includes = _tna_includes()
+    if includes is None:
+        pytest.skip(
+            "tna.p4 is not at hand (a bf-p4c installation's share/p4c/p4include, or "
+            "TNA_P4INCLUDE): the TNA shell is not type-checked"
+        )
+    generation = "2" if build.arch == "t2na" else "1"
+    argv = [p4test, "--std", "p4-16", "-I", str(includes), "-I", "p4src"]
+    argv += [f"-D__TARGET_TOFINO__={generation}", *build.defines, "p4src/opengate_tna.p4"]
+    result = subprocess.run(argv, check=False, cwd=repo_root(), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
