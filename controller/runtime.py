@@ -945,9 +945,9 @@ class Controller:
                 "promoted": stats.promoted,
                 "slot_aged": stats.slot_aged,
             },
-            # time exceeded answers to packets whose TTL ran out at the gateway
+            # what the gateway answered itself (controller.gateway_icmp)
             "icmp": {
-                "time_exceeded": self.sessions.icmp.sent,
+                **self.sessions.icmp.sent,
                 "not_answered": self.sessions.icmp.not_answered,
                 "rate_limited": self.sessions.icmp.rate_limited,
             },

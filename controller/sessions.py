@@ -144,7 +144,7 @@ class SessionManager:
         self.nat_in_use: dict[str, int] = {}
         self.next_id = db.max_session_id() + 1
         self.stats = SessionStats()
-        self.icmp = GatewayIcmp()  # the time exceeded answers to TTL_EXPIRED packet-ins
+        self.icmp = GatewayIcmp()  # answers to TTL_EXPIRED and NO_ROUTE packet-ins
         self._encoders: dict[str, SessionEncoder] = {}
         self._nat_cursor: dict[tuple[str, int, int], int] = {}
         # Where every port of the range was taken: (npm, remote address, NAT address, proto,
@@ -272,7 +272,7 @@ class SessionManager:
 
     def on_packet_ins(self, events: Sequence[Any]) -> None:
         """PacketIn events: NAT session set-up (and ACL to-CPU packets, and packets whose TTL
-        ran out, answered with a time exceeded)."""
+        ran out or that no route takes, which the gateway answers: controller.gateway_icmp)."""
         pending: dict[str, list[_Pending]] = {}
         reinject: list[tuple[str, bytes]] = []
         now = dt.datetime.now(dt.UTC)
@@ -280,9 +280,9 @@ class SessionManager:
             reason = event.metadata.get("reason", 0)
             reason_name = pc.CPU_REASON_NAMES.get(reason, str(reason))
             self.metrics.packet_ins.labels(event.npm, reason_name).inc()
-            if reason == pc.CPU_REASON_TTL_EXPIRED:
+            if reason in (pc.CPU_REASON_TTL_EXPIRED, pc.CPU_REASON_NO_ROUTE):
                 port = event.metadata.get("ingress_port", 0)
-                reply = self.icmp.answer(self.policy, event.npm, port, event.payload)
+                reply = self.icmp.answer(self.policy, event.npm, port, reason, event.payload)
                 if reply is not None:
                     self.npms[event.npm].packet_out(reply, submit_to_ingress=False, port=port)
                     self.stats.packet_outs += 1

@@ -184,6 +184,16 @@ struct session_close_t {
     (og_admitted(meta) && (meta).port_role == ROLE_INSIDE && (hdr).ipv4.ttl <= 1 \
      && (hdr).ethernet.dst_addr[40:40] == 0 && (hdr).ipv4.dst_addr[31:28] < 0xe)
 
+// A packet from an inside host, to the gateway as above, that no route takes, and that its
+// session or the ACL lets through (denied traffic learns nothing; an ACL's to-CPU verdict comes
+// first): the CPM answers it with a destination unreachable (or, to one of the gateway's own
+// addresses, a ping with its echo reply). Back from an SPM a packet has its route already.
+#define og_unroutable_here(hdr, meta) \
+    (og_admitted(meta) && (meta).port_role == ROLE_INSIDE && (meta).routed == 0 \
+     && (meta).drop_session == 0 \
+     && ((meta).session_hit == 1 || (meta).acl_verdict == ACL_PERMIT) \
+     && (hdr).ethernet.dst_addr[40:40] == 0 && (hdr).ipv4.dst_addr[31:28] < 0xe)
+
 // Why a packet that leaves by its route would be dropped, into meta.drop_fwd: Routing, and
 // SessionSetup for a packet that a data-plane session admits. Statements, not a conditional
 // expression: bf-p4c turns an assignment of `?:` into an action that branches, which Tofino

@@ -83,38 +83,49 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
                     if (meta.session_hit == 0 && meta.returned_nat_done == 0) {
                         port_forward.apply(hdr, meta);
                     }
-                    // NAT now unless it waits for the SPM (original direction of an inspected flow).
+                    // NAT now unless it waits for the SPM (original direction of an inspected
+                    // flow).
                     if ((meta.session_hit == 1
-                            && (meta.spm_port == 0 || meta.nat_before_spm == 1 || meta.returned == 1))
+                            && (meta.spm_port == 0 || meta.nat_before_spm == 1
+                                || meta.returned == 1))
                             || meta.dp_nat_reverse == 1 || meta.dp_dnat_now == 1) {
                         nat.apply(hdr, meta);
                     }
                     routing.apply(hdr, meta);
-                    if (meta.session_hit == 1) {
-                        meta.meter_class = meta.session_class;
+                    if (og_unroutable_here(hdr, meta)) {
+                        // A permitted unicast packet from an inside host that no route takes:
+                        // to the CPM, which answers with a destination unreachable (no session
+                        // is set up for it), or a ping of the gateway with its echo reply.
+                        meta.to_cpu = 1;
+                        meta.cpu_reason = CPU_REASON_NO_ROUTE;
                     } else {
-                        meta.meter_class = meta.ids_class;
-                        if (meta.returned == 0) {
-                            meta.spm_port = meta.sel_spm_port;
-                            meta.spm_mac = meta.sel_spm_mac;
-                            if (meta.needs_inspection == 1 && meta.sel_spm_port == 0
-                                    && meta.spm_fail_open == 0) {
-                                meta.drop_session = DROP_NO_SPM;
+                        if (meta.session_hit == 1) {
+                            meta.meter_class = meta.session_class;
+                        } else {
+                            meta.meter_class = meta.ids_class;
+                            if (meta.returned == 0) {
+                                meta.spm_port = meta.sel_spm_port;
+                                meta.spm_mac = meta.sel_spm_mac;
+                                if (meta.needs_inspection == 1 && meta.sel_spm_port == 0
+                                        && meta.spm_fail_open == 0) {
+                                    meta.drop_session = DROP_NO_SPM;
+                                }
                             }
                         }
-                    }
-                    if (meta.returned_nat_done == 0) {
-                        if (meta.session_hit == 0) {
-                            nat_policy.apply(hdr, meta);
-                        }
-                        session_setup.apply(hdr, meta);
+                        if (meta.returned_nat_done == 0) {
+                            if (meta.session_hit == 0) {
+                                nat_policy.apply(hdr, meta);
+                            }
+                            session_setup.apply(hdr, meta);
 #ifdef OG_DP_SESSIONS
-                        // A rewrite that does not change the route, last: a masquerade or a
-                        // forward's reply the data plane carries, or a forward undone for the CPU.
-                        if (meta.dp_late_nat == 1) {
-                            late_nat.apply(hdr, meta);
-                        }
+                            // A rewrite that does not change the route, last: a masquerade or
+                            // a forward's reply the data plane carries, or a forward undone for
+                            // the CPU.
+                            if (meta.dp_late_nat == 1) {
+                                late_nat.apply(hdr, meta);
+                            }
 #endif
+                        }
                     }
                 }
                 forwarding.apply(hdr, meta);

@@ -18,11 +18,13 @@ from opengate_test import (
     INSIDE,
     OUTSIDE,
     OpenGateTest,
+    icmp_echo,
     ip,
     mac,
     refresh,
     routed,
     tcp_packet,
+    udp_packet,
 )
 
 
@@ -55,6 +57,33 @@ class NoRouteDropped(OpenGateTest):
             )
         )
         self.assert_dropped(OUTSIDE, bytes(packet), pc.DROP_NO_ROUTE)
+
+
+class NoRouteFromInsideGoesToTheCpm(OpenGateTest):
+    """A permitted packet from an inside host that no route takes goes to the CPM as it
+    arrived (reason NO_ROUTE), with no session made for it (no digest), and is not counted as
+    dropped; a ping of the gateway's own address too (the CPM answers both). Denied, it is
+    dropped by the ACL as before (test_drop_verdict)."""
+
+    def runTest(self) -> None:
+        self.classify_everything()
+        self.enable_digest(pc.D_SESSION_REQUEST_T)
+        drops = sum(self.counter(pc.C_DROP_COUNTER, r)[0] for r in pc.DROP_NAMES)
+        ping = icmp_echo(dst=GW_IN_IP)
+        for packet in (udp_packet(dst="203.0.113.9"), ping):
+            raw = bytes(refresh(packet))
+            testutils.send_packet(self, INSIDE, raw)
+            packet_in = self.client.get_packet_in(timeout=5)
+            self.assertIsNotNone(packet_in, "no packet-in")
+            assert packet_in is not None
+            meta = self.schema.decode_packet_metadata("packet_in", packet_in.metadata)
+            self.assertEqual(
+                (meta["ingress_port"], meta["reason"]), (INSIDE, pc.CPU_REASON_NO_ROUTE)
+            )
+            self.assertEqual(packet_in.payload, raw)
+        testutils.verify_no_other_packets(self)
+        self.assertEqual(self.drain_digests(), 0, "a session was reported")
+        self.assertEqual(sum(self.counter(pc.C_DROP_COUNTER, r)[0] for r in pc.DROP_NAMES), drops)
 
 
 class PacketOutToPort(OpenGateTest):

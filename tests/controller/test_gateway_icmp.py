@@ -1,6 +1,7 @@
-"""The time exceeded the CPM sends for a packet whose TTL ran out at the gateway: its bytes against
-scapy's, the cases RFC 1812 forbids an answer for, the rate limit, and the packet-in -> packet-out
-path through the switch double."""
+"""What the CPM answers for the gateway (controller.gateway_icmp): the time exceeded for a packet
+whose TTL ran out, the destination unreachable for one no route takes, the echo reply to a ping
+of the gateway: bytes against scapy's, the cases RFC 1812 forbids an answer for, the rate limit,
+and the packet-in -> packet-out path through the switch double."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Packet, Raw
 
-from controller.gateway_icmp import BURST, MAX_ERROR, GatewayIcmp, TokenBucket, time_exceeded
+from controller.gateway_icmp import (
+    BURST,
+    MAX_ERROR,
+    GatewayIcmp,
+    TokenBucket,
+    echo_reply,
+    icmp_error,
+    time_exceeded,
+)
 from controller.policy import load_policy
 from opengate import p4constants as pc
 from tests.controller.conftest import DATA, ControllerFactory, wait_until
@@ -28,7 +37,7 @@ def probe(ttl: int = 1, payload: bytes = b"traceroute probe", **ip: object) -> P
     return Ether(src=H1_MAC, dst=GW_IN_MAC) / IP(**fields) / UDP(sport=40000, dport=33434) / payload
 
 
-def expected(packet: Packet, quoted: bytes, ident: int) -> bytes:
+def expected(packet: Packet, quoted: bytes, ident: int, kind: int = 11, code: int = 0) -> bytes:
     vlan = [Dot1Q(vlan=packet[Dot1Q].vlan)] if Dot1Q in packet else []
     out: Packet = Ether(src=GW_IN_MAC, dst=H1_MAC)
     for layer in vlan:
@@ -36,7 +45,7 @@ def expected(packet: Packet, quoted: bytes, ident: int) -> bytes:
     return bytes(
         out
         / IP(src=GW_IN, dst=packet[IP].src, ttl=64, id=ident, tos=0xC0)
-        / ICMP(type=11, code=0)
+        / ICMP(type=kind, code=code)
         / Raw(quoted)
     )
 
@@ -86,15 +95,55 @@ def test_no_answer_where_rfc_1812_forbids_one() -> None:
     assert time_exceeded(bytes(echo), MAC, ADDRESS, 1) is not None, "an echo request is answered"
 
 
+def test_unreachable_says_host_inside_a_network_of_the_gateway_and_net_elsewhere() -> None:
+    policy = load_policy(DATA / "lab.yaml")
+    icmp = GatewayIcmp()
+    no_route = pc.CPU_REASON_NO_ROUTE
+    for dst, code in (("10.0.1.77", 1), ("192.0.2.9", 0)):
+        packet = probe(dst=dst)
+        reply = icmp.answer(policy, "npm1", 1, no_route, bytes(packet))
+        assert reply is not None, dst
+        assert reply == expected(packet, bytes(packet[IP]), Ether(reply)[IP].id, 3, code), dst
+    assert icmp.sent["unreachable"] == 2
+
+
+def test_a_ping_of_the_gateway_is_answered_and_nothing_else_to_it() -> None:
+    policy = load_policy(DATA / "lab.yaml")
+    ping = (
+        Ether(src=H1_MAC, dst=GW_IN_MAC)
+        / IP(src=H1, dst=GW_IN, id=5)
+        / ICMP(type=8, id=0x77, seq=3)
+        / b"are you there"
+    )
+    reply = echo_reply(bytes(ping), MAC, 9)
+    want = (
+        Ether(src=GW_IN_MAC, dst=H1_MAC)
+        / IP(src=GW_IN, dst=H1, ttl=64, id=9)
+        / ICMP(type=0, id=0x77, seq=3)
+        / b"are you there"
+    )
+    assert reply == bytes(want)
+    icmp = GatewayIcmp()
+    answer = icmp.answer(policy, "npm1", 1, pc.CPU_REASON_NO_ROUTE, bytes(ping))
+    assert answer is not None
+    want[IP].id = Ether(answer)[IP].id
+    assert answer == bytes(want)
+    to_gateway = probe(dst=GW_IN)  # UDP to the gateway: no answer (it serves nothing)
+    assert icmp.answer(policy, "npm1", 1, pc.CPU_REASON_NO_ROUTE, bytes(to_gateway)) is None
+    assert icmp.sent["echo_reply"] == 1 and icmp.not_answered == 1
+    assert icmp_error(bytes(probe(src=GW_IN)), MAC, ADDRESS, 1, 3) is None, "not to itself"
+
+
 def test_answers_are_rate_limited_per_npm() -> None:
     policy = load_policy(DATA / "lab.yaml")
     icmp = GatewayIcmp()
     frame = bytes(probe())
-    answers = [icmp.answer(policy, "npm1", 1, frame) for _ in range(int(BURST) + 10)]
+    ttl = pc.CPU_REASON_TTL_EXPIRED
+    answers = [icmp.answer(policy, "npm1", 1, ttl, frame) for _ in range(int(BURST) + 10)]
     assert sum(a is not None for a in answers) == int(BURST)
-    assert (icmp.sent, icmp.rate_limited) == (BURST, 10)
-    assert icmp.answer(policy, "npm2", 1, frame) is not None, "each NPM has its own budget"
-    assert icmp.answer(policy, "npm1", 99, frame) is None, "no such port"
+    assert (icmp.sent["time_exceeded"], icmp.rate_limited) == (BURST, 10)
+    assert icmp.answer(policy, "npm2", 1, ttl, frame) is not None, "each NPM has its own budget"
+    assert icmp.answer(policy, "npm1", 99, ttl, frame) is None, "no such port"
     assert icmp.not_answered == 1
     bucket = TokenBucket(rate=10.0, burst=1.0)
     assert bucket.take(now=bucket.stamp) and not bucket.take(now=bucket.stamp + 0.05)
@@ -113,5 +162,11 @@ def test_a_ttl_expired_packet_in_is_answered_out_of_its_port(
     assert bytes(Ether(payload)[ICMP].payload) == bytes(packet[IP])
     assert payload == expected(packet, bytes(packet[IP]), Ether(payload)[IP].id)
     status = controller.bus.call(controller.status)
-    assert status["icmp"] == {"time_exceeded": 1, "not_answered": 0, "rate_limited": 0}
+    assert status["icmp"] == {
+        "time_exceeded": 1,
+        "unreachable": 0,
+        "echo_reply": 0,
+        "not_answered": 0,
+        "rate_limited": 0,
+    }
     assert controller.sessions is not None and controller.sessions.count() == 0, "no session"

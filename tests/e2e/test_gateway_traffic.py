@@ -61,6 +61,21 @@ def test_a_ping_whose_ttl_runs_out_at_the_gateway_is_answered(gateway: GatewayNe
     assert gateway.api("GET", "/api/v1/status")["icmp"]["time_exceeded"] == before + 1
 
 
+def test_the_gateway_answers_pings_of_itself_and_unreachable_networks(
+    gateway: GatewayNetwork,
+) -> None:
+    """h1 pings the gateway's inside address (echo replies from the CPM) and an address no route
+    takes (a net unreachable from the gateway instead of silence)."""
+    before = gateway.api("GET", "/api/v1/status")["icmp"]
+    output = ok(gateway, "h1", "ping -c 2 -i 0.2 -W 5 10.0.1.1")
+    assert " 0% packet loss" in output
+    result = gateway.run("h1", "ping -c 1 -W 5 192.0.2.9", timeout=30)
+    assert "From 10.0.1.1 icmp_seq=1 Destination Net Unreachable" in result.output, result.output
+    after = gateway.api("GET", "/api/v1/status")["icmp"]
+    assert after["echo_reply"] == before["echo_reply"] + 2
+    assert after["unreachable"] == before["unreachable"] + 1
+
+
 def test_udp_datagram_is_answered_through_nat(gateway: GatewayNetwork) -> None:
     reply = ok(
         gateway,
