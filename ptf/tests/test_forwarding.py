@@ -62,15 +62,15 @@ class NoRouteDropped(OpenGateTest):
 class NoRouteFromInsideGoesToTheCpm(OpenGateTest):
     """A permitted packet from an inside host that no route takes goes to the CPM as it
     arrived (reason NO_ROUTE), with no session made for it (no digest), and is not counted as
-    dropped; a ping of the gateway's own address too (the CPM answers both). Denied, it is
-    dropped by the ACL as before (test_drop_verdict)."""
+    dropped (the CPM answers: a destination unreachable, or to a ping of the gateway's own
+    address, which the controller never routes, an echo reply). Denied, it is dropped by the
+    ACL as before (test_drop_verdict)."""
 
     def runTest(self) -> None:
         self.classify_everything()
         self.enable_digest(pc.D_SESSION_REQUEST_T)
         drops = sum(self.counter(pc.C_DROP_COUNTER, r)[0] for r in pc.DROP_NAMES)
-        ping = icmp_echo(dst=GW_IN_IP)
-        for packet in (udp_packet(dst="203.0.113.9"), ping):
+        for packet in (udp_packet(dst="203.0.113.9"), icmp_echo(dst="203.0.113.9")):
             raw = bytes(refresh(packet))
             testutils.send_packet(self, INSIDE, raw)
             packet_in = self.client.get_packet_in(timeout=5)
