@@ -19,10 +19,12 @@ from __future__ import annotations
 import ipaddress
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from controller.policy import Policy
 from opengate import p4constants as pc
+from opengate.inet import internet_checksum
 
 ETHERTYPE_VLAN = 0x8100
 ICMP_TIME_EXCEEDED = 11
@@ -33,16 +35,6 @@ ICMP_ERRORS = frozenset({3, 4, 5, 11, 12})
 MAX_ERROR = 576  # the error's whole IPv4 datagram at most (RFC 1812 4.3.2.3)
 RATE = 1000.0
 BURST = 50.0
-
-
-def checksum(data: bytes) -> int:
-    """The Internet checksum (RFC 1071)."""
-    if len(data) % 2:
-        data += b"\0"
-    total: int = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
 
 
 def _sender_is_a_host(address: int) -> bool:
@@ -59,8 +51,8 @@ def _sender_is_a_host(address: int) -> bool:
 class TokenBucket:
     rate: float
     burst: float
+    stamp: float = field(default_factory=time.monotonic)
     tokens: float = field(init=False)
-    stamp: float = field(init=False, default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
         self.tokens = self.burst
@@ -124,7 +116,7 @@ def _ipv4(source: int, destination: int, payload: bytes, ident: int, tos: int) -
         source,
         destination,
     )
-    return header[:10] + struct.pack("!H", checksum(header)) + header[12:] + payload
+    return header[:10] + struct.pack("!H", internet_checksum(header)) + header[12:] + payload
 
 
 def _frame(packet: Received, port_mac: int, ip_packet: bytes) -> bytes:
@@ -149,7 +141,7 @@ def icmp_error(
     if not _sender_is_a_host(packet.source) or packet.source == port_address:
         return None
     icmp = struct.pack("!BBHI", kind, code, 0, 0) + datagram[: MAX_ERROR - 20 - 8]
-    icmp = icmp[:2] + struct.pack("!H", checksum(icmp)) + icmp[4:]
+    icmp = icmp[:2] + struct.pack("!H", internet_checksum(icmp)) + icmp[4:]
     # DSCP CS6 (network control), as routers mark their own ICMP
     return _frame(packet, port_mac, _ipv4(port_address, packet.source, icmp, ident, 0xC0))
 
@@ -169,7 +161,7 @@ def echo_reply(frame: bytes, port_mac: int, ident: int) -> bytes | None:
     if datagram[9] != pc.IP_PROTO_ICMP or len(datagram) < 28 or datagram[20:22] != b"\x08\x00":
         return None
     icmp = b"\x00\x00\x00\x00" + datagram[24:]
-    icmp = icmp[:2] + struct.pack("!H", checksum(icmp)) + icmp[4:]
+    icmp = icmp[:2] + struct.pack("!H", internet_checksum(icmp)) + icmp[4:]
     ip_packet = _ipv4(packet.destination, packet.source, icmp, ident, 0)
     return _frame(packet, port_mac, ip_packet)
 
@@ -184,6 +176,7 @@ class GatewayIcmp:
     )
     not_answered: int = 0  # no answer may be sent about it, or the port has no address
     rate_limited: int = 0
+    clock: Callable[[], float] = time.monotonic  # the rate limit's (a test's own)
     _buckets: dict[str, TokenBucket] = field(default_factory=dict)
     _ident: int = 0
 
@@ -213,8 +206,11 @@ class GatewayIcmp:
         if reply is None:
             self.not_answered += 1
             return None
-        bucket = self._buckets.setdefault(npm, TokenBucket(RATE, BURST))
-        if not bucket.take():
+        now = self.clock()
+        bucket = self._buckets.get(npm)
+        if bucket is None:
+            bucket = self._buckets[npm] = TokenBucket(RATE, BURST, stamp=now)
+        if not bucket.take(now):
             self.rate_limited += 1
             return None
         self.sent[kind] += 1

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from opengate.inet import internet_checksum
 from spm.community_id import community_id_str
 from spm.eve import EveLog
 from spm.http import TOKEN, is_http_start
@@ -382,26 +383,17 @@ def build_buffers(rule: CompiledRule, rng: random.Random) -> dict[tuple[str, str
 # --- flows --------------------------------------------------------------------------------------
 
 
-def _checksum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s: int = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
 def ipv4(src: str, dst: str, proto: int, l4: bytes, ident: int = 0) -> bytes:
     """An IPv4 packet around an L4 segment whose checksum field is zero; both checksums set."""
     s, d = ipaddress.IPv4Address(src).packed, ipaddress.IPv4Address(dst).packed
     pseudo = s + d + struct.pack("!BBH", 0, proto, len(l4))
     at = 16 if proto == 6 else 6
-    csum = _checksum(pseudo + l4) or (0xFFFF if proto == 17 else 0)
+    csum = internet_checksum(pseudo + l4) or (0xFFFF if proto == 17 else 0)
     l4 = l4[:at] + struct.pack("!H", csum) + l4[at + 2 :]
     head = struct.pack(
         "!BBHHHBBH4s4s", 0x45, 0, 20 + len(l4), ident & 0xFFFF, 0x4000, 64, proto, 0, s, d
     )
-    head = head[:10] + struct.pack("!H", _checksum(head)) + head[12:]
+    head = head[:10] + struct.pack("!H", internet_checksum(head)) + head[12:]
     return head + l4
 
 

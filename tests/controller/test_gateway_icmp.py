@@ -136,7 +136,7 @@ def test_a_ping_of_the_gateway_is_answered_and_nothing_else_to_it() -> None:
 
 def test_answers_are_rate_limited_per_npm() -> None:
     policy = load_policy(DATA / "lab.yaml")
-    icmp = GatewayIcmp()
+    icmp = GatewayIcmp(clock=lambda: 100.0)  # time stands still: no token comes back
     frame = bytes(probe())
     ttl = pc.CPU_REASON_TTL_EXPIRED
     answers = [icmp.answer(policy, "npm1", 1, ttl, frame) for _ in range(int(BURST) + 10)]
