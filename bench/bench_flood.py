@@ -119,16 +119,30 @@ def api_times(network: GatewayNetwork, seconds: float) -> list[float]:
     return out
 
 
-def drops(network: GatewayNetwork) -> dict[str, int]:
-    """The NPM's drops by reason, every cell of the drop counter in one P4Runtime read."""
-    cells = network.counter_cells(pc.C_DROP_COUNTER)
-    return {name: cells.get(reason, 0) for reason, name in pc.DROP_NAMES.items()}
+def drops(
+    network: GatewayNetwork,
+    counter: str = pc.C_DROP_COUNTER,
+    names: dict[int, str] = pc.DROP_NAMES,
+) -> dict[str, int]:
+    """The NPM's drops by reason (or another counter's cells by `names`), in one read."""
+    cells = network.counter_cells(counter)
+    return {name: cells.get(index, 0) for index, name in names.items()}
 
 
-def drops_since(network: GatewayNetwork, before: dict[str, int]) -> dict[str, int]:
-    """The NPM's drops by reason since `before` (a `drops` reading), reasons that moved only."""
-    after = drops(network)
+def drops_since(
+    network: GatewayNetwork,
+    before: dict[str, int],
+    counter: str = pc.C_DROP_COUNTER,
+    names: dict[int, str] = pc.DROP_NAMES,
+) -> dict[str, int]:
+    """The NPM's drops by reason (or `counter`'s cells) since `before`, the cells that moved."""
+    after = drops(network, counter, names)
     return {k: after[k] - before[k] for k in after if after[k] != before[k]}
+
+
+def flow_events(network: GatewayNetwork) -> dict[str, int]:
+    """The data-plane session events (flow_event_counter) by name."""
+    return drops(network, pc.C_FLOW_EVENT_COUNTER, pc.FLOW_EVENT_NAMES)
 
 
 def spm_queue_drops(network: GatewayNetwork, after: float = 0.0) -> int:
@@ -204,6 +218,7 @@ def flood(
     frames.parent.mkdir(parents=True, exist_ok=True)
     write_frames(frames, flood_frames(network.spec, rate * seconds, phase))
     before = drops(network)
+    events_before = flow_events(network)
     spm_before = spm_queue_drops(network)
     results: dict[str, Any] = {}
 
@@ -231,6 +246,9 @@ def flood(
     for thread in threads:
         thread.join()
     results["drops"] = drops_since(network, before)
+    results["events"] = drops_since(
+        network, events_before, pc.C_FLOW_EVENT_COUNTER, pc.FLOW_EVENT_NAMES
+    )
     results["spm_drops"] = spm_queue_drops(network, time.time()) - spm_before
     results["alone"] = alone_mbps
     results["kept"] = results["mbps"] / alone_mbps if alone_mbps else 0.0
@@ -269,20 +287,21 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "| policy | flood offered (flows/s) | sent | h1 connects ok | connect p50 / p99 ms "
         "| iperf3 kept (Mbit/s alone, in the flood) | API p50 / p99 ms "
-        "| NPM drops during the flood | SPM queue drops |"
+        "| NPM drops during the flood | SPM queue drops | session events during the flood |"
     )
-    print("|---|---:|---:|---:|---|---|---|---|---:|")
+    print("|---|---:|---:|---:|---|---|---|---|---:|---|")
     for name, rate, r in rows:
         c = r["connect"]
         ok = "0/20" if "error" in c else f"{c['n'] - c['failed']}/{c['n']}"
         times = "-" if "error" in c else f"{c['p50']:.1f} / {c['p99']:.1f}"
         api = r["api"]
         dropped = ", ".join(f"{k} {v}" for k, v in sorted(r["drops"].items())) or "none"
+        events = ", ".join(f"{k} {v}" for k, v in sorted(r["events"].items())) or "none"
         print(
             f"| {name} | {rate} | {r['sent']} | {ok} | {times} | {r['kept'] * 100:.0f} % "
             f"({r['alone']:.0f}, {r['mbps']:.0f}) "
             f"| {percentile(api, 50):.1f} / {percentile(api, 99):.1f} | {dropped} "
-            f"| {r['spm_drops']:,} |"
+            f"| {r['spm_drops']:,} | {events} |"
         )
     print(
         "\nWhere the CPU went during each flood (share of one core; the machine's cores are "
