@@ -82,8 +82,11 @@ def test_new_flows_spread_over_both_spms(gateway: GatewayNetwork) -> None:
     used = {s["spm_port"] for s in sessions.values()}
     spms = gateway.api("GET", "/api/v1/spms")["spms"]
     weights = {name: s["weight"] for name, s in spms.items()}
+    # A flow of the inspected class without an SPM would have escaped inspection: name it.
+    uninspected = [s for s in sessions.values() if s["spm_port"] == 0]
     assert used == {s["port"] for s in spms.values()}, (
-        f"{FLOWS} flows used SPM ports {used} only (weights {weights})"
+        f"{FLOWS} flows used SPM ports {used} (weights {weights}); "
+        f"sessions without an SPM: {uninspected}"
     )
 
 
