@@ -224,6 +224,21 @@ class OpenGateTest(P4RuntimeTest):
             lambda: self.counter(pc.C_DROP_COUNTER, reason)[0] == before + 1,
         )
 
+    def total_drops(self) -> int:
+        """Every cell of the drop counter, summed."""
+        return sum(self.counter(pc.C_DROP_COUNTER, reason)[0] for reason in pc.DROP_NAMES)
+
+    def expect_packet_in(self, port: int, raw: bytes, reason: int) -> None:
+        """Send `raw` on `port`: it must reach the controller as it was sent, with `reason` and
+        `port` in the packet-in metadata."""
+        testutils.send_packet(self, port, raw)
+        packet_in = self.client.get_packet_in(timeout=5)
+        self.assertIsNotNone(packet_in, "no packet-in")
+        assert packet_in is not None
+        meta = self.schema.decode_packet_metadata("packet_in", packet_in.metadata)
+        self.assertEqual((meta["ingress_port"], meta["reason"]), (port, reason))
+        self.assertEqual(packet_in.payload, raw, "the packet as it arrived")
+
     def closed_flow(self) -> tuple[int, int, int, int]:
         """The flow of the next session-close digest: (ipv4_src, l4_sport, ipv4_dst, l4_dport)."""
         record = self.next_digest(pc.D_SESSION_CLOSE_T)

@@ -69,21 +69,12 @@ class NoRouteFromInsideGoesToTheCpm(OpenGateTest):
     def runTest(self) -> None:
         self.classify_everything()
         self.enable_digest(pc.D_SESSION_REQUEST_T)
-        drops = sum(self.counter(pc.C_DROP_COUNTER, r)[0] for r in pc.DROP_NAMES)
+        drops = self.total_drops()
         for packet in (udp_packet(dst="203.0.113.9"), icmp_echo(dst="203.0.113.9")):
-            raw = bytes(refresh(packet))
-            testutils.send_packet(self, INSIDE, raw)
-            packet_in = self.client.get_packet_in(timeout=5)
-            self.assertIsNotNone(packet_in, "no packet-in")
-            assert packet_in is not None
-            meta = self.schema.decode_packet_metadata("packet_in", packet_in.metadata)
-            self.assertEqual(
-                (meta["ingress_port"], meta["reason"]), (INSIDE, pc.CPU_REASON_NO_ROUTE)
-            )
-            self.assertEqual(packet_in.payload, raw)
+            self.expect_packet_in(INSIDE, bytes(refresh(packet)), pc.CPU_REASON_NO_ROUTE)
         testutils.verify_no_other_packets(self)
         self.assertEqual(self.drain_digests(), 0, "a session was reported")
-        self.assertEqual(sum(self.counter(pc.C_DROP_COUNTER, r)[0] for r in pc.DROP_NAMES), drops)
+        self.assertEqual(self.total_drops(), drops)
 
 
 class PacketOutToPort(OpenGateTest):

@@ -45,17 +45,7 @@ class SnatReplyRewritesDestination(OpenGateTest):
     """The reply to a masqueraded flow is rewritten back to the inside host."""
 
     def runTest(self) -> None:
-        self.add_session(
-            HOST_OUT,
-            GW_OUT_IP,
-            6,
-            80,
-            61001,
-            nat_kind=pc.NAT_REWRITE_DST,
-            nat_addr=HOST_IN,
-            nat_port=40000,
-            nat_before_spm=1,
-        )
+        self.add_masqueraded_session(reply=True)
         reply = refresh(
             tcp_packet(
                 src=HOST_OUT,

@@ -110,20 +110,11 @@ class TtlOneFromInsideGoesToTheCpm(OpenGateTest):
     def runTest(self) -> None:
         self.classify_everything(acl_action=pc.A_ACL_DENY, rule_id=3)
         self.add_masqueraded_session()
-        drops = sum(self.counter(pc.C_DROP_COUNTER, r)[0] for r in pc.DROP_NAMES)
+        drops = self.total_drops()
         for packet in (tcp_packet(flags="A", ttl=1), tcp_packet(flags="S", ttl=0)):
-            raw = bytes(refresh(packet))
-            testutils.send_packet(self, INSIDE, raw)
-            packet_in = self.client.get_packet_in(timeout=5)
-            self.assertIsNotNone(packet_in, "no packet-in")
-            assert packet_in is not None
-            meta = self.schema.decode_packet_metadata("packet_in", packet_in.metadata)
-            self.assertEqual(
-                (meta["ingress_port"], meta["reason"]), (INSIDE, pc.CPU_REASON_TTL_EXPIRED)
-            )
-            self.assertEqual(packet_in.payload, raw, "the packet as it arrived")
+            self.expect_packet_in(INSIDE, bytes(refresh(packet)), pc.CPU_REASON_TTL_EXPIRED)
         testutils.verify_no_other_packets(self)
-        self.assertEqual(sum(self.counter(pc.C_DROP_COUNTER, r)[0] for r in pc.DROP_NAMES), drops)
+        self.assertEqual(self.total_drops(), drops)
 
 
 class TtlOneMulticastFromInsideDropped(OpenGateTest):
