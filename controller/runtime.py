@@ -48,6 +48,7 @@ from controller.ipsec import IpsecReports, active_spm, ipsec_view, spm_config
 from controller.metrics import Metrics
 from controller.npm import NpmAddress, NpmConnection, Pipeline
 from controller.policy import Policy, load_policy
+from controller.rematch import classifier
 from controller.session_encoding import FlowKey
 from controller.session_model import BLOCKED, Session
 from controller.sessions import SessionManager
@@ -532,11 +533,15 @@ class Controller:
         assert old is not None
         self.spms.update_policy(new, time.monotonic())
         results: dict[str, Any] = {}
+        compiled: CompiledTables | None = None
         try:
             for state in self._primaries():
                 plan = self._plan_npm(state, new)
                 self._execute(state, plan, rules_key(new))
                 results[state.conn.name] = plan.summary()
+                # The tables the NPMs now classify with (all NPMs have the same rules).
+                banks = state.classifier
+                compiled = compiled or plan.compiled or banks.content.get(banks.active)
         except Exception as error:
             self.db.add_policy_version(
                 name=new.name,
@@ -558,10 +563,12 @@ class Controller:
             raise RequestError(409, f"the switch refused the new policy: {error}") from None
         self.policy = new
         self.sessions.policy = new
+        # The sessions opened under the old policy are held to the new one too.
+        rematched = self.sessions.rematch(classifier(new, compiled))
         version = self._record_policy(new, event.source)
         self.bus.publish(ev.PolicyApplied(version, new.sha256, new.summary()))
         LOG.info("policy version %d applied: %s", version, results)
-        return {"version": version, "sha256": new.sha256, "npms": results}
+        return {"version": version, "sha256": new.sha256, "npms": results, "rematched": rematched}
 
     def diff_policy(self, new: Policy) -> dict[str, Any]:
         """What applying `new` would write (dispatcher thread: call through bus.call)."""
@@ -944,6 +951,7 @@ class Controller:
                 "slot_only": stats.slot_only,
                 "promoted": stats.promoted,
                 "slot_aged": stats.slot_aged,
+                "rematched": dict(stats.rematched),  # by policy applies (controller.rematch)
             },
             # what the gateway answered itself (controller.gateway_icmp)
             "icmp": {

@@ -41,6 +41,7 @@ from controller.gateway_icmp import GatewayIcmp
 from controller.metrics import Metrics
 from controller.npm import NpmConnection, WriteResult
 from controller.policy import Policy
+from controller.rematch import OUTCOMES, Classify, rematch
 from controller.session_encoding import FlowKey, SessionEncoder, SessionUpdate
 from controller.session_model import (
     ACTIVE,
@@ -114,6 +115,8 @@ class SessionStats:
     slot_only: int = 0  # sessions recorded without entries (on_demand): a slot carries them
     promoted: int = 0  # ...whose entries were installed later (reported again, or acted on)
     slot_aged: int = 0  # ...removed, not reported again: aged out of their slot
+    # sessions a policy apply changed (controller.rematch), by outcome, since the start
+    rematched: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_LATENCIES))
 
 
@@ -637,7 +640,13 @@ class SessionManager:
             self.store.submit(
                 self.db.update_sessions,
                 [
-                    {"id": s.id, "state": s.state, "spm_port": s.spm_port, "spm_mac": s.spm_mac}
+                    {
+                        "id": s.id,
+                        "state": s.state,
+                        "class_id": s.class_id,
+                        "spm_port": s.spm_port,
+                        "spm_mac": s.spm_mac,
+                    }
                     for s in ok
                 ],
             )
@@ -827,6 +836,31 @@ class SessionManager:
         if moved:
             self.rewrite(moved, f"SPM {spm_name} down")
         LOG.warning("SPM %s down: flows %s", spm_name, outcome, extra={"spm": spm_name})
+        return outcome
+
+    def rematch(self, classify: Classify) -> dict[str, int]:
+        """Every session against the policy just applied (`self.policy`): blocked if its ACL
+        verdict is now deny, re-steered if its class or its SPM's pool changed
+        (controller.rematch). Returns how many sessions went each way."""
+
+        def live(pool: str) -> set[tuple[int, int]]:
+            return {(spec.port, spec.mac) for spec, _ in self.spms.live_members(pool)}
+
+        changes = rematch(self.sessions.values(), self.policy, classify, live, self.spms.choose)
+        outcome = dict.fromkeys(OUTCOMES, 0)
+        for change in changes:
+            session = change.session
+            if change.block:
+                session.state = BLOCKED
+                self.closing.pop(session.id, None)
+            else:
+                session.class_id = change.class_id
+                session.spm_port, session.spm_mac = change.spm_port, change.spm_mac
+            outcome[change.outcome] += 1
+            self.stats.rematched[change.outcome] += 1
+        if changes:
+            self.rewrite([c.session for c in changes], "policy rematch")
+            LOG.info("policy applied: sessions rematched: %s", outcome)
         return outcome
 
     def _pool_of(self, class_id: int) -> tuple[Any, str]:

@@ -15,6 +15,7 @@ import pytest
 
 from tests.e2e.conftest import BYPASS_AFTER
 from tests.e2e.udp_probe import FLOWS, STEP, assert_answered, run_probe
+from topo.model import without_inspection
 from topo.net import GatewayNetwork
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -88,6 +89,62 @@ def test_new_flows_spread_over_both_spms(gateway: GatewayNetwork) -> None:
         f"{FLOWS} flows used SPM ports {used} (weights {weights}); "
         f"sessions without an SPM: {uninspected}"
     )
+
+
+def test_applied_policy_holds_open_flows_to_it(gateway: GatewayNetwork) -> None:
+    """Flows h1 -> out1's echo service opened while no class was inspected are steered to an SPM
+    once the inspected policy is applied again (the same sessions; their next datagrams cross an
+    SPM and are answered), and a policy that then denies them blocks them."""
+    text = gateway.api("GET", "/api/v1/policy")["text"]
+    path = str(gateway.spec.policy)
+
+    def apply(policy_text: str) -> dict[str, Any]:
+        return dict(
+            gateway.api("POST", "/api/v1/policy/apply", json={"path": path, "text": policy_text})
+        )
+
+    count, first = 8, 44000
+    ports = _ports(first, count)
+    probe = f"fixed {OUT1} {first} {count} --step {STEP}"
+    spm_ports = set(_spm_ports(gateway).values())
+    denied = text.replace(
+        "    - {name: lan-out, src: inside, action: permit}",
+        "    - {name: no-echo, src: inside, proto: udp, dport: 7, action: deny}\n"
+        "    - {name: lan-out, src: inside, action: permit}",
+    )
+    assert denied != text, "the example policy has no lan-out rule to put a deny before"
+    try:
+        apply(without_inspection(text))
+        assert_answered(run_probe(gateway, "h1", probe), "h1, uninspected")
+        opened = _wait_sessions(gateway, H1, ports)
+        assert {s["spm_port"] for s in opened.values()} == {0}, opened
+        rx = _spm_rx_bytes(gateway)
+        assert_answered(run_probe(gateway, "h1", probe), "h1, uninspected again")
+        uninspected_rx = _spm_rx_bytes(gateway) - rx
+
+        result = apply(text)
+        assert result["rematched"]["inspected"] >= count, result
+        steered = _udp_sessions(gateway, H1)
+        assert {p: steered[p]["id"] for p in ports} == {p: opened[p]["id"] for p in ports}
+        assert {steered[p]["spm_port"] for p in ports} <= spm_ports, steered
+        rx = _spm_rx_bytes(gateway)
+        assert_answered(run_probe(gateway, "h1", probe), "h1, inspected")
+        inspected_rx = _spm_rx_bytes(gateway) - rx
+        # Each datagram and its answer cross an SPM now: 2 x count frames of 53 bytes or more.
+        assert inspected_rx >= 2 * count * 53 > uninspected_rx, (inspected_rx, uninspected_rx)
+
+        result = apply(denied)
+        assert result["rematched"]["denied"] >= count, result
+        outcome = run_probe(gateway, "h1", f"{probe} --timeout 1")
+        assert outcome["replied"] == [], outcome
+        blocked = _udp_sessions(gateway, H1)
+        assert {blocked[p]["state"] for p in ports} == {"blocked"}, blocked
+    finally:
+        apply(text)
+        # The blocked sessions would last their idle time: they go now.
+        for port, row in _udp_sessions(gateway, H1).items():
+            if port in ports:
+                gateway.api("DELETE", f"/api/v1/sessions/{row['id']}")
 
 
 def test_long_clean_download_is_offloaded_after_n_bytes(gateway: GatewayNetwork) -> None:

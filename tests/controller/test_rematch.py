@@ -1,0 +1,200 @@
+"""Sessions held to a newly applied policy (controller.rematch): denied ones blocked, those whose
+class changed or lost its SPM re-steered; against the switch double (entries and database), and
+the decisions alone against first-match linear search."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from controller.classifier import acl_rules, ids_rules
+from controller.hsm.tables import compile_tables
+from controller.policy import Policy, SpmSpec, load_policy
+from controller.rematch import OUTCOMES, classifier, rematch
+from controller.session_encoding import FlowKey
+from controller.session_model import ACTIVE, BLOCKED, BYPASSED, Session
+from opengate import p4constants as pc
+from opengate.fields import Packet
+from tests.controller.conftest import ControllerFactory, wait_until
+from tests.controller.flows import H1, H2, OUT1, SPM1_MAC, key, request
+from tests.controller.test_runtime import apply
+from tests.controller.test_sessions import db_sessions, expected_entry, session_entries
+from tests.switch_double import SwitchDouble
+
+SMTP = key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 25)  # no IDS class; the new policy denies it
+DNS = key(H1, OUT1, pc.IP_PROTO_UDP, 40001, 53)  # class dns (pool strict); loses its chain
+WEB = key(H1, OUT1, pc.IP_PROTO_TCP, 40002, 80)  # class web on spm1; nothing changes
+BULK = key(H2, OUT1, pc.IP_PROTO_TCP, 40003, 5201)  # class bulk, made with no SPM up
+
+
+def reverse(flow: FlowKey) -> FlowKey:
+    src, dst, proto, sport, dport = flow
+    return (dst, src, proto, dport, sport)
+
+
+def changed_policy(lab: Path) -> None:
+    """SMTP from inside denied; the dns class no longer inspected."""
+    text = lab.read_text()
+    lab.write_text(
+        text.replace(
+            "    - {name: lan-out, src: inside, action: permit}",
+            "    - {name: no-smtp, src: inside, proto: tcp, dport: 25, action: deny}\n"
+            "    - {name: lan-out, src: inside, action: permit}",
+        ).replace(
+            "  - {id: 3, name: dns, chain: strict-ips, sids: [1000004]}",
+            "  - {id: 3, name: dns, sids: [1000004]}",
+        )
+    )
+
+
+def test_applied_policy_blocks_denied_sessions_and_resteers_changed_classes(
+    switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
+) -> None:
+    controller = make_controller(switch)
+    spm1 = {"spm_port": 3, "spm_mac": SPM1_MAC}
+    switch.inject_digest(
+        pc.D_SESSION_REQUEST_T,
+        [
+            request(SMTP),
+            request(DNS, ids_class=3, **spm1),
+            request(WEB, ids_class=1, **spm1),
+            request(BULK, ids_class=2),
+        ],
+    )
+    wait_until(
+        "8 session entries and 4 database rows",
+        lambda: len(session_entries(switch)) == 8 and len(db_sessions(controller)) == 4,
+    )
+    web_entries = [
+        expected_entry(controller, WEB, class_id=1, **spm1),
+        expected_entry(controller, reverse(WEB), class_id=1, **spm1),
+    ]
+    changed_policy(lab)
+
+    result = apply(controller, lab)
+
+    assert result["rematched"] == {
+        **dict.fromkeys(OUTCOMES, 0),
+        "denied": 1,
+        "uninspected": 1,
+        "inspected": 1,
+    }
+    # BULK gets the SPM of pool main that the controller picks for a moved flow.
+    assert controller.spms is not None
+    chosen = controller.spms.choose("main", BULK)
+    assert chosen is not None
+    bulk = {"class_id": 2, "spm_port": chosen.port, "spm_mac": chosen.mac}
+    expected = [
+        expected_entry(controller, SMTP, 30.0, True),
+        expected_entry(controller, reverse(SMTP), 30.0, True),
+        expected_entry(controller, DNS, class_id=3),
+        expected_entry(controller, reverse(DNS), class_id=3),
+        *web_entries,
+        expected_entry(controller, BULK, **bulk),
+        expected_entry(controller, reverse(BULK), **bulk),
+    ]
+    assert sorted(session_entries(switch), key=str) == sorted(expected, key=str)
+    rows = {(r["sport"], r["state"], r["class_id"], r["spm_port"]) for r in db_sessions(controller)}
+    assert rows == {
+        (40000, BLOCKED, 0, 0),
+        (40001, ACTIVE, 3, 0),
+        (40002, ACTIVE, 1, 3),
+        (40003, ACTIVE, 2, chosen.port),
+    }
+    assert controller.status()["sessions"]["rematched"] == result["rematched"]
+    # Applying the same policy again changes nothing more.
+    assert apply(controller, lab)["rematched"] == dict.fromkeys(OUTCOMES, 0)
+
+
+def session(flow: FlowKey, class_id: int, spm: tuple[int, int], state: str = ACTIVE) -> Session:
+    return Session(
+        id=flow[3],
+        npm="npm1",
+        key=flow,
+        reply=reverse(flow),
+        class_id=class_id,
+        spm_port=spm[0],
+        spm_mac=spm[1],
+        nat_kind=pc.NAT_NONE,
+        nat_addr=0,
+        nat_port=0,
+        acl_rule=1,
+        ingress_port=1,
+        idle_timeout=30.0,
+        created_at=dt.datetime.now(dt.UTC),
+        state=state,
+    )
+
+
+def outcomes(
+    policy: Policy, sessions: list[Session], live: set[tuple[int, int]]
+) -> dict[int, tuple[str, int, int, bool]]:
+    """Each changed session's outcome, class, SPM port and block, with the SPMs `live` up (a
+    moved flow gets the first live SPM of its pool)."""
+    specs = {(s.port, s.mac): s for s in policy.spms}
+
+    def members(pool: str) -> set[tuple[int, int]]:
+        names = policy.pool(pool).spms
+        return {spm for spm in live if specs[spm].name in names}
+
+    def choose(pool: str, flow: FlowKey) -> SpmSpec | None:
+        del flow
+        up = sorted(members(pool))
+        return specs[up[0]] if up else None
+
+    changes = rematch(sessions, policy, classifier(policy, None), members, choose)
+    return {c.session.id: (c.outcome, c.class_id, c.spm_port, c.block) for c in changes}
+
+
+def test_rematch_decisions(lab: Path) -> None:
+    changed_policy(lab)
+    policy = load_policy(lab)
+    spm1, spm2 = (3, SPM1_MAC), (4, 0x000000000444)
+    sessions = [
+        session(SMTP, 0, (0, 0)),  # denied
+        session(key(H1, OUT1, pc.IP_PROTO_TCP, 40010, 25), 0, (0, 0), BYPASSED),  # denied too
+        session(key(H1, OUT1, pc.IP_PROTO_TCP, 40011, 25), 0, (0, 0), BLOCKED),  # stays blocked
+        session(DNS, 3, spm1),  # dns lost its chain: uninspected
+        session(WEB, 1, spm1),  # unchanged
+        session(key(H1, OUT1, pc.IP_PROTO_TCP, 40012, 80), 1, spm2),  # spm2 is down: to spm1
+        session(key(H1, OUT1, pc.IP_PROTO_TCP, 40013, 80), 0, spm1),  # class 1 now: reclassified
+        session(key(H1, OUT1, pc.IP_PROTO_TCP, 40014, 5201), 2, (0, 0), BYPASSED),  # bypassed
+    ]
+    assert outcomes(policy, sessions, {spm1}) == {
+        40000: ("denied", 0, 0, True),
+        40010: ("denied", 0, 0, True),
+        40001: ("uninspected", 3, 0, False),
+        40012: ("resteered", 1, 3, False),
+        40013: ("reclassified", 1, 3, False),
+    }
+    # With no SPM up, class web (chain ips-av, open on failure) goes uninspected; a class whose
+    # chain fails closed is blocked.
+    # (dns back on its strict chain, which fails closed)
+    lab.write_text(
+        lab.read_text().replace(
+            "  - {id: 3, name: dns, sids: [1000004]}",
+            "  - {id: 3, name: dns, chain: strict-ips, sids: [1000004]}",
+        )
+    )
+    strict = load_policy(lab)
+    assert outcomes(strict, [session(DNS, 3, spm1), session(WEB, 1, spm1)], set()) == {
+        40001: ("no_spm_blocked", 3, 0, True),
+        40002: ("uninspected", 1, 0, False),
+    }
+
+
+def test_rematch_classifies_as_the_compiled_tables_do(lab: Path) -> None:
+    """The walk of compiled tables and linear search give the same decisions."""
+    changed_policy(lab)
+    policy = load_policy(lab)
+    linear = classifier(policy, None)
+    flows = (SMTP, DNS, WEB, BULK, key(OUT1, H1, pc.IP_PROTO_TCP, 80, 40000))
+    for bank in (0, 1):
+        compiled = compile_tables(acl_rules(policy), ids_rules(policy), version=bank)
+        walk = classifier(policy, compiled)
+        for src, dst, proto, sport, dport in flows:
+            packet = Packet(src, dst, sport, dport, proto)
+            assert walk(packet) == linear(packet), (bank, packet)
+    # (and they are not all alike: SMTP is denied, WEB and BULK have classes of their own)
+    results = {linear(Packet(f[0], f[1], f[3], f[4], f[2])) for f in flows}
+    assert len(results) == len(flows)
