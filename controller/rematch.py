@@ -4,17 +4,22 @@ A session keeps the verdict its first packet got: its exact entries (or its data
 carry every later packet past the ACL, the classification and the SPM choice. Without a rematch,
 a policy that denies a flow, or puts its class under inspection, would reach only new flows: a
 long-lived connection opened under the old policy would stay permitted, or uninspected, for as
-long as it lasts. So when a policy is applied, every session's original key is classified again
-against the new rules, exactly as the data plane classifies an opening packet:
+long as it lasts. So when a policy is applied, every session's original key is classified again,
+exactly as the data plane classifies an opening packet, under the old policy and the new one, and
+what changed between the two is applied:
 
-- the new ACL verdict is deny: the session is blocked (its entries drop both directions until
-  they idle out; blocking, unlike deleting, also stops a flow its slot alone carries);
-- its IDS class changed, or the SPM it is pinned to is not a live member of its class's pool any
-  more: it is re-steered (an SPM of the pool chosen as for a moved flow), made uninspected (the
-  class has no chain), or, with no SPM of the pool up, blocked if the chain or pool fails closed
-  and uninspected if it fails open;
-- otherwise it is left alone. Sessions already blocked stay blocked; bypassed sessions (an SPM
-  judged them clean) keep their bypass unless the ACL now denies them.
+- the new ACL verdict is deny where the old one was not: the session is blocked (its entries
+  drop both directions until they idle out; blocking, unlike deleting, also stops a flow its
+  slot alone carries);
+- its IDS class, or its class's chain (pool, SPMs, failure policies), changed: it is re-steered
+  (it keeps its SPM if that SPM is a live member of the new pool, else gets one as a moved flow
+  does), made uninspected (the class has no chain now), or, with no SPM of the pool up, blocked
+  if the chain or pool fails closed and uninspected if it fails open;
+- otherwise it is left alone: what the policy did not change about a session is not judged again
+  (a session whose key the old policy denied too exists for another reason, e.g. a flow the data
+  plane reported from its reply; an SPM that went down is on_spm_down's business). Sessions
+  already blocked stay blocked; bypassed sessions (an SPM judged them clean) keep their bypass
+  unless the ACL now denies them.
 
 What a rematch does not change: NAT bindings (a masqueraded or forwarded flow keeps its
 translation, even if the new policy would translate it otherwise) and idle timeouts.
@@ -77,27 +82,52 @@ def acl_verdict(policy: Policy, result: Classification) -> AclAction:
 
 def rematch(
     sessions: Iterable[Session],
-    policy: Policy,
-    classify: Classify,
+    old: tuple[Policy, Classify],
+    new: tuple[Policy, Classify],
     live_members: LiveMembers,
     choose: Choose,
 ) -> list[Change]:
-    """The sessions that the new policy treats otherwise, and how (nothing is changed here)."""
+    """The sessions that the new policy (with how it classifies) treats otherwise than the old
+    one did, and how (nothing is changed here)."""
+    (old_policy, old_classify), (policy, classify) = old, new
     changes: list[Change] = []
     for session in sessions:
         if session.state == BLOCKED:
             continue
         src, dst, proto, sport, dport = session.key
-        result = classify(Packet(src, dst, sport, dport, proto))
-        if acl_verdict(policy, result) is AclAction.DENY:
+        packet = Packet(src, dst, sport, dport, proto)
+        before, after = old_classify(packet), classify(packet)
+        if (
+            acl_verdict(policy, after) is AclAction.DENY
+            and acl_verdict(old_policy, before) is not AclAction.DENY
+        ):
             changes.append(Change(session, "denied", session.class_id, 0, 0, block=True))
             continue
         if session.state == BYPASSED:
             continue
-        change = _steering(session, policy, result.ids_class, live_members, choose)
+        if (before.ids_class, _chain(old_policy, before.ids_class)) == (
+            after.ids_class,
+            _chain(policy, after.ids_class),
+        ):
+            continue
+        change = _steering(session, policy, after.ids_class, live_members, choose)
         if change is not None:
             changes.append(change)
     return changes
+
+
+def _chain(policy: Policy, class_id: int) -> tuple[object, ...] | None:
+    """What steering a class's flows depends on: its chain, the chain's pool and the pool's SPMs
+    (None: the class is not inspected)."""
+    spec = policy.class_by_id(class_id)
+    if spec is None or spec.chain is None:
+        return None
+    chain = policy.chain(spec.chain)
+    pool = policy.pool(chain.pool)
+    spms = tuple(
+        (s.name, s.port, s.mac) for name in pool.spms for s in policy.spms if s.name == name
+    )
+    return (chain.on_failure, pool.name, pool.fail_policy, spms)
 
 
 def _steering(

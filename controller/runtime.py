@@ -533,15 +533,16 @@ class Controller:
         assert old is not None
         self.spms.update_policy(new, time.monotonic())
         results: dict[str, Any] = {}
-        compiled: CompiledTables | None = None
+        # The tables the NPMs classify with before and after (all NPMs have the same rules).
+        tables: list[CompiledTables | None] = [None, None]
         try:
             for state in self._primaries():
+                banks = state.classifier
+                tables[0] = tables[0] or banks.content.get(banks.active)
                 plan = self._plan_npm(state, new)
                 self._execute(state, plan, rules_key(new))
                 results[state.conn.name] = plan.summary()
-                # The tables the NPMs now classify with (all NPMs have the same rules).
-                banks = state.classifier
-                compiled = compiled or plan.compiled or banks.content.get(banks.active)
+                tables[1] = tables[1] or plan.compiled or banks.content.get(banks.active)
         except Exception as error:
             self.db.add_policy_version(
                 name=new.name,
@@ -564,7 +565,9 @@ class Controller:
         self.policy = new
         self.sessions.policy = new
         # The sessions opened under the old policy are held to the new one too.
-        rematched = self.sessions.rematch(classifier(new, compiled))
+        rematched = self.sessions.rematch(
+            (old, classifier(old, tables[0])), (new, classifier(new, tables[1]))
+        )
         version = self._record_policy(new, event.source)
         self.bus.publish(ev.PolicyApplied(version, new.sha256, new.summary()))
         LOG.info("policy version %d applied: %s", version, results)

@@ -16,7 +16,7 @@ from controller.session_model import ACTIVE, BLOCKED, BYPASSED, Session
 from opengate import p4constants as pc
 from opengate.fields import Packet
 from tests.controller.conftest import ControllerFactory, wait_until
-from tests.controller.flows import H1, H2, OUT1, SPM1_MAC, key, request
+from tests.controller.flows import H1, H2, OUT1, SPM1_MAC, SPM2_MAC, key, request
 from tests.controller.test_runtime import apply
 from tests.controller.test_sessions import db_sessions, expected_entry, session_entries
 from tests.switch_double import SwitchDouble
@@ -33,18 +33,27 @@ def reverse(flow: FlowKey) -> FlowKey:
 
 
 def changed_policy(lab: Path) -> None:
-    """SMTP from inside denied; the dns class no longer inspected."""
+    """SMTP from inside denied; the dns class no longer inspected; the bulk class on the strict
+    chain (pool strict: spm1 alone, fails closed)."""
     text = lab.read_text()
-    lab.write_text(
-        text.replace(
+    for line, replacement in (
+        (
             "    - {name: lan-out, src: inside, action: permit}",
             "    - {name: no-smtp, src: inside, proto: tcp, dport: 25, action: deny}\n"
             "    - {name: lan-out, src: inside, action: permit}",
-        ).replace(
+        ),
+        (
             "  - {id: 3, name: dns, chain: strict-ips, sids: [1000004]}",
             "  - {id: 3, name: dns, sids: [1000004]}",
-        )
-    )
+        ),
+        (
+            "  - {id: 2, name: bulk, chain: ips-av, bypass: true, sids: [1000003]}",
+            "  - {id: 2, name: bulk, chain: strict-ips, bypass: true, sids: [1000003]}",
+        ),
+    ):
+        assert line in text, f"lab.yaml has no line {line!r}"
+        text = text.replace(line, replacement)
+    lab.write_text(text)
 
 
 def test_applied_policy_blocks_denied_sessions_and_resteers_changed_classes(
@@ -79,11 +88,8 @@ def test_applied_policy_blocks_denied_sessions_and_resteers_changed_classes(
         "uninspected": 1,
         "inspected": 1,
     }
-    # BULK gets the SPM of pool main that the controller picks for a moved flow.
-    assert controller.spms is not None
-    chosen = controller.spms.choose("main", BULK)
-    assert chosen is not None
-    bulk = {"class_id": 2, "spm_port": chosen.port, "spm_mac": chosen.mac}
+    # BULK's class is on the strict chain now: spm1, the only SPM of its pool.
+    bulk = {"class_id": 2, **spm1}
     expected = [
         expected_entry(controller, SMTP, 30.0, True),
         expected_entry(controller, reverse(SMTP), 30.0, True),
@@ -99,7 +105,7 @@ def test_applied_policy_blocks_denied_sessions_and_resteers_changed_classes(
         (40000, BLOCKED, 0, 0),
         (40001, ACTIVE, 3, 0),
         (40002, ACTIVE, 1, 3),
-        (40003, ACTIVE, 2, chosen.port),
+        (40003, ACTIVE, 2, 3),
     }
     assert controller.status()["sessions"]["rematched"] == result["rematched"]
     # Applying the same policy again changes nothing more.
@@ -127,14 +133,14 @@ def session(flow: FlowKey, class_id: int, spm: tuple[int, int], state: str = ACT
 
 
 def outcomes(
-    policy: Policy, sessions: list[Session], live: set[tuple[int, int]]
+    old: Policy, new: Policy, sessions: list[Session], live: set[tuple[int, int]]
 ) -> dict[int, tuple[str, int, int, bool]]:
-    """Each changed session's outcome, class, SPM port and block, with the SPMs `live` up (a
-    moved flow gets the first live SPM of its pool)."""
-    specs = {(s.port, s.mac): s for s in policy.spms}
+    """Each changed session's outcome, class, SPM port and block, from `old` to `new` with the
+    SPMs `live` up (a moved flow gets the first live SPM of its pool)."""
+    specs = {(s.port, s.mac): s for s in new.spms}
 
     def members(pool: str) -> set[tuple[int, int]]:
-        names = policy.pool(pool).spms
+        names = new.pool(pool).spms
         return {spm for spm in live if specs[spm].name in names}
 
     def choose(pool: str, flow: FlowKey) -> SpmSpec | None:
@@ -142,44 +148,44 @@ def outcomes(
         up = sorted(members(pool))
         return specs[up[0]] if up else None
 
-    changes = rematch(sessions, policy, classifier(policy, None), members, choose)
+    changes = rematch(
+        sessions, (old, classifier(old, None)), (new, classifier(new, None)), members, choose
+    )
     return {c.session.id: (c.outcome, c.class_id, c.spm_port, c.block) for c in changes}
 
 
-def test_rematch_decisions(lab: Path) -> None:
+def test_rematch_judges_what_the_policy_changed(lab: Path) -> None:
+    old = load_policy(lab)
     changed_policy(lab)
-    policy = load_policy(lab)
-    spm1, spm2 = (3, SPM1_MAC), (4, 0x000000000444)
+    new = load_policy(lab)
+    spm1, spm2 = (3, SPM1_MAC), (4, SPM2_MAC)
+    tcp, udp = pc.IP_PROTO_TCP, pc.IP_PROTO_UDP
     sessions = [
-        session(SMTP, 0, (0, 0)),  # denied
-        session(key(H1, OUT1, pc.IP_PROTO_TCP, 40010, 25), 0, (0, 0), BYPASSED),  # denied too
-        session(key(H1, OUT1, pc.IP_PROTO_TCP, 40011, 25), 0, (0, 0), BLOCKED),  # stays blocked
+        session(SMTP, 0, (0, 0)),  # denied now
+        session(key(H1, OUT1, tcp, 40010, 25), 0, (0, 0), BYPASSED),  # denied too
+        session(key(H1, OUT1, tcp, 40011, 25), 0, (0, 0), BLOCKED),  # stays blocked
         session(DNS, 3, spm1),  # dns lost its chain: uninspected
-        session(WEB, 1, spm1),  # unchanged
-        session(key(H1, OUT1, pc.IP_PROTO_TCP, 40012, 80), 1, spm2),  # spm2 is down: to spm1
-        session(key(H1, OUT1, pc.IP_PROTO_TCP, 40013, 80), 0, spm1),  # class 1 now: reclassified
-        session(key(H1, OUT1, pc.IP_PROTO_TCP, 40014, 5201), 2, (0, 0), BYPASSED),  # bypassed
+        session(WEB, 1, spm1),  # nothing changed
+        session(key(H1, OUT1, tcp, 40012, 80), 1, spm2),  # spm2 is down, but not the policy's
+        session(key(H1, OUT1, tcp, 40014, 5201), 2, (0, 0), BYPASSED),  # bypass kept
+        session(key(H1, OUT1, tcp, 40015, 5201), 2, spm2),  # bulk's pool is spm1's alone
+        session(key(H1, OUT1, tcp, 40016, 5201), 2, spm1),  # ...where it is already
+        # reported from its reply: its key is denied under both policies, and has no class
+        session(key(OUT1, H1, udp, 7, 40017), 1, spm1),
     ]
-    assert outcomes(policy, sessions, {spm1}) == {
+    assert outcomes(old, new, sessions, {spm1}) == {
         40000: ("denied", 0, 0, True),
         40010: ("denied", 0, 0, True),
         40001: ("uninspected", 3, 0, False),
-        40012: ("resteered", 1, 3, False),
-        40013: ("reclassified", 1, 3, False),
+        40015: ("resteered", 2, 3, False),
     }
-    # With no SPM up, class web (chain ips-av, open on failure) goes uninspected; a class whose
-    # chain fails closed is blocked.
-    # (dns back on its strict chain, which fails closed)
-    lab.write_text(
-        lab.read_text().replace(
-            "  - {id: 3, name: dns, sids: [1000004]}",
-            "  - {id: 3, name: dns, chain: strict-ips, sids: [1000004]}",
-        )
-    )
-    strict = load_policy(lab)
-    assert outcomes(strict, [session(DNS, 3, spm1), session(WEB, 1, spm1)], set()) == {
+    # Back to the lab policy with no SPM up: dns's strict chain fails closed, bulk's ips-av
+    # chain is open on failure.
+    assert outcomes(
+        new, old, [session(DNS, 3, (0, 0)), session(BULK, 2, spm1), session(WEB, 1, spm1)], set()
+    ) == {
         40001: ("no_spm_blocked", 3, 0, True),
-        40002: ("uninspected", 1, 0, False),
+        40003: ("uninspected", 2, 0, False),
     }
 
 
