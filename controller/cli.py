@@ -558,6 +558,10 @@ def _policy_apply(args: argparse.Namespace) -> int:
         print(f"policy version {data['version']} applied ({data['sha256'][:12]})")
         for npm, summary in sorted(data["npms"].items()):
             print(f"  {npm}: {json.dumps(summary, sort_keys=True)}")
+        changed = {k: v for k, v in data.get("rematched", {}).items() if v}
+        if changed:
+            counts = ", ".join(f"{n} {outcome}" for outcome, n in changed.items())
+            print(f"  open sessions held to it: {counts}")
 
     return _client_command(args, run)
 

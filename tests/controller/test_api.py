@@ -338,6 +338,13 @@ def test_cli_client_commands(
     assert "+  closing_linger: 1" in capsys.readouterr().out
     assert _cli(["policy", "apply", *common, str(lab)]) == 0
     assert "policy version 2 applied" in capsys.readouterr().out
+    # A policy that denies the open session's flow: the session is held to it.
+    lan_out = "    - {name: lan-out, src: inside, action: permit}"
+    no_web = "    - {name: no-web, src: inside, proto: tcp, dport: 80, action: deny}"
+    lab.write_text(lab.read_text().replace(lan_out, f"{no_web}\n{lan_out}"))
+    assert _cli(["policy", "apply", *common, str(lab)]) == 0
+    assert "policy version 3 applied" in (out := capsys.readouterr().out)
+    assert "  open sessions held to it: 1 denied\n" in out, out
     lab.write_text(lab.read_text().replace("role: outside", "role: x"))
     assert _cli(["policy", "apply", *common, str(lab)]) == 1
     assert "422" in capsys.readouterr().err
