@@ -38,6 +38,7 @@ from controller.hsm.update import flip_entry
 from controller.policy import Policy, SpmSpec
 from controller.session_encoding import FlowKey
 from controller.session_model import BLOCKED, BYPASSED, Session
+from opengate.entries import TableEntry
 from opengate.fields import Packet
 
 Classify = Callable[[Packet], Classification]
@@ -46,6 +47,8 @@ Choose = Callable[[str, FlowKey], SpmSpec | None]
 # pool name -> the (port, MAC) of each of its SPMs that is up
 LiveMembers = Callable[[str], set[tuple[int, int]]]
 
+# A rule's P4 action (what classification gives) -> its verdict.
+ACTIONS = {action.p4_action: action for action in AclAction}
 OUTCOMES = ("denied", "reclassified", "resteered", "inspected", "uninspected", "no_spm_blocked")
 
 
@@ -67,17 +70,22 @@ def classifier(policy: Policy, compiled: CompiledTables | None) -> Classify:
     or, where this controller has not compiled them (after a restart), first-match linear
     search over its rules, which the tables agree with (slower: every rule per session)."""
     if compiled is not None:
-        # The tables of one bank, and the flip that makes it the one packets read.
-        return Walker(TableState((*compiled.entries, flip_entry(compiled.version)))).classify
+        return tables_classifier(compiled.entries, compiled.version)
     return LinearClassifier(
         [spec.rule for spec in policy.acl_rules], list(policy.ids_rules)
     ).classify
 
 
+def tables_classifier(entries: Iterable[TableEntry], active: int) -> Classify:
+    """How a switch classifies with the classification entries read back from it (both banks)
+    and its active bank: what the policy it last ran did, whatever its files say now."""
+    return Walker(TableState((*entries, flip_entry(active)))).classify
+
+
 def acl_verdict(policy: Policy, result: Classification) -> AclAction:
     if result.acl_rule < 0:
         return policy.acl_default
-    return policy.acl_rules[result.acl_rule].rule.action
+    return ACTIONS[result.acl_action or ""]
 
 
 def rematch(

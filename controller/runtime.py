@@ -48,7 +48,7 @@ from controller.ipsec import IpsecReports, active_spm, ipsec_view, spm_config
 from controller.metrics import Metrics
 from controller.npm import NpmAddress, NpmConnection, Pipeline
 from controller.policy import Policy, load_policy
-from controller.rematch import classifier
+from controller.rematch import Classify, classifier, tables_classifier
 from controller.session_encoding import FlowKey
 from controller.session_model import BLOCKED, Session
 from controller.sessions import SessionManager
@@ -145,6 +145,7 @@ class Controller:
         self.policy: Policy | None = None
         self.policy_version: int | None = None
         self.pending_policy_record = False
+        self.previous_policy: tuple[str, str] | None = None  # (path, text), see _initial_policy
         self.started_at = time.time()
         # flow as an SPM named it -> (the request: a bypass, or the SPM whose alert blocks it, time)
         self._early: OrderedDict[FlowKey, tuple[ev.BypassRequested | str, float]] = OrderedDict()
@@ -254,6 +255,9 @@ class Controller:
                 self.policy_version = stored.version
             else:
                 self.pending_policy_record = True
+                if stored is not None:
+                    # The NPMs' sessions were made under it: held to this one at take-over.
+                    self.previous_policy = (stored.path, stored.text)
             return policy
         if stored is None:
             raise ConfigError("no policy: give --policy FILE (the database has none)")
@@ -420,9 +424,36 @@ class Controller:
             "writes": plan.summary(),
             "sessions": report.as_dict(),
         }
+        if self.previous_policy is not None:
+            # Started with a policy other than the one the sessions were made under.
+            old = tables_classifier(entries, active) if not fresh else None
+            state.last_sync["rematched"] = self._rematch_at_start(state, old)
         if self.pending_policy_record:
             self._record_policy(self.policy, "start")
         LOG.info("%s: in sync: %s", conn.name, state.last_sync)
+
+    def _rematch_at_start(self, state: NpmState, old_classify: Classify | None) -> dict[str, int]:
+        """Hold an NPM's sessions to the policy this controller started with, from the one the
+        database says was running (classified as the switch's tables did, when it kept them)."""
+        assert self.policy is not None and self.sessions is not None
+        assert self.previous_policy is not None
+        path, text = self.previous_policy
+        try:
+            old = load_policy(path, text)
+        except ConfigError as error:
+            LOG.warning(
+                "%s: the policy its sessions were made under cannot be read back (%s); they keep "
+                "their verdicts",
+                state.conn.name,
+                error,
+            )
+            return {}
+        banks = state.classifier
+        return self.sessions.rematch(
+            (old, old_classify or classifier(old, None)),
+            (self.policy, classifier(self.policy, banks.content.get(banks.active))),
+            npm=state.conn.name,
+        )
 
     def _plan_npm(self, state: NpmState, policy: Policy) -> NpmPlan:
         compiled: CompiledTables | None = None
@@ -564,6 +595,7 @@ class Controller:
             raise RequestError(409, f"the switch refused the new policy: {error}") from None
         self.policy = new
         self.sessions.policy = new
+        self.previous_policy = None  # the sessions are held to `new` now, from `old`
         # The sessions opened under the old policy are held to the new one too.
         rematched = self.sessions.rematch(
             (old, classifier(old, tables[0])), (new, classifier(new, tables[1]))

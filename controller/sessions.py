@@ -838,16 +838,22 @@ class SessionManager:
         LOG.warning("SPM %s down: flows %s", spm_name, outcome, extra={"spm": spm_name})
         return outcome
 
-    def rematch(self, old: tuple[Policy, Classify], new: tuple[Policy, Classify]) -> dict[str, int]:
-        """Every session against the policy just applied, `new` (as `self.policy`), after `old`
-        (each with how it classifies): blocked if its ACL verdict became deny, re-steered if its
-        class or its class's chain changed (controller.rematch). Returns how many sessions went
-        each way."""
+    def rematch(
+        self,
+        old: tuple[Policy, Classify],
+        new: tuple[Policy, Classify],
+        npm: str | None = None,
+    ) -> dict[str, int]:
+        """Every session (of `npm`, or of every NPM) against the policy just applied, `new` (as
+        `self.policy`), after `old` (each with how it classifies): blocked if its ACL verdict
+        became deny, re-steered if its class or its class's chain changed (controller.rematch).
+        Returns how many sessions went each way."""
 
         def live(pool: str) -> set[tuple[int, int]]:
             return {(spec.port, spec.mac) for spec, _ in self.spms.live_members(pool)}
 
-        changes = rematch(self.sessions.values(), old, new, live, self.spms.choose)
+        sessions = [s for s in self.sessions.values() if npm is None or s.npm == npm]
+        changes = rematch(sessions, old, new, live, self.spms.choose)
         outcome = dict.fromkeys(OUTCOMES, 0)
         for change in changes:
             session = change.session

@@ -10,7 +10,7 @@ from pathlib import Path
 from controller.classifier import acl_rules, ids_rules
 from controller.hsm.tables import compile_tables
 from controller.policy import Policy, SpmSpec, load_policy
-from controller.rematch import OUTCOMES, classifier, rematch
+from controller.rematch import OUTCOMES, classifier, rematch, tables_classifier
 from controller.session_encoding import FlowKey
 from controller.session_model import ACTIVE, BLOCKED, BYPASSED, Session
 from opengate import p4constants as pc
@@ -204,3 +204,43 @@ def test_rematch_classifies_as_the_compiled_tables_do(lab: Path) -> None:
     # (and they are not all alike: SMTP is denied, WEB and BULK have classes of their own)
     results = {linear(Packet(f[0], f[1], f[3], f[4], f[2])) for f in flows}
     assert len(results) == len(flows)
+
+
+def test_a_restart_with_another_policy_holds_the_sessions_to_it(
+    switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
+) -> None:
+    """The controller stops; the policy file changes; the new controller reconciles the
+    sessions and holds them to the new policy, judged against the tables the switch kept."""
+    first = make_controller(switch)
+    spm1 = {"spm_port": 3, "spm_mac": SPM1_MAC}
+    switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(SMTP), request(WEB, ids_class=1, **spm1)])
+    wait_until("4 session entries", lambda: len(session_entries(switch)) == 4)
+    first.stop()
+    changed_policy(lab)
+
+    second = make_controller(switch)
+
+    sync = second.states["npm1"].last_sync
+    assert sync["rematched"] == {**dict.fromkeys(OUTCOMES, 0), "denied": 1}, sync
+    assert sorted(session_entries(switch), key=str) == sorted(
+        [
+            expected_entry(second, SMTP, 30.0, True),
+            expected_entry(second, reverse(SMTP), 30.0, True),
+            expected_entry(second, WEB, class_id=1, **spm1),
+            expected_entry(second, reverse(WEB), class_id=1, **spm1),
+        ],
+        key=str,
+    )
+    states = {r["sport"]: r["state"] for r in db_sessions(second)}
+    assert states == {SMTP[3]: BLOCKED, WEB[3]: ACTIVE}
+    # What the switch's tables say, read back, is what linear search over the policy says.
+    active, entries = second.npms["npm1"].read_classification()
+    read_back = tables_classifier(entries, active)
+    linear = classifier(load_policy(lab), None)
+    for src, dst, proto, sport, dport in (SMTP, WEB, DNS, BULK):
+        packet = Packet(src, dst, sport, dport, proto)
+        assert read_back(packet) == linear(packet), packet
+    # A restart with the same policy again holds nothing anew.
+    second.stop()
+    third = make_controller(switch)
+    assert "rematched" not in third.states["npm1"].last_sync
