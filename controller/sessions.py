@@ -74,6 +74,10 @@ GONE = frozenset({rpc_code.NOT_FOUND})  # a delete's expected failure: the entry
 # slot-only session not reported for that + its idle timeout has aged out of its slot; this much
 # more covers the digest's way to the CPM and the tick.
 SLOT_GRACE_SECONDS = 2.0
+# After a policy apply, reports received for this long may still carry the old policy's
+# verdicts (packets classified before the flip, digests on their way): their sessions are held
+# to the new policy before their entries are written.
+APPLY_SETTLE = 0.5
 
 
 @dataclass(slots=True)
@@ -162,6 +166,8 @@ class SessionManager:
         self._early_closes: OrderedDict[tuple[str, FlowKey], tuple[int, float]] = OrderedDict()
         # Slot-only sessions by idle timeout, each oldest report first (ageing, on_tick).
         self._slots: dict[float, OrderedDict[int, Session]] = {}
+        # The last policy apply (old, new, until when reports may predate it): see rematch.
+        self._recent_apply: tuple[Any, Any, float] | None = None
 
     def encoder(self, npm: str) -> SessionEncoder:
         encoder = self._encoders.get(npm)
@@ -258,7 +264,13 @@ class SessionManager:
                 created_at=now,
             )
             self._index(session)
-            if on_demand and f.get("dp_session") and nat_kind == pc.NAT_NONE:
+            if (
+                on_demand
+                and f.get("dp_session")
+                and nat_kind == pc.NAT_NONE
+                # (a flow the last apply changed gets entries: its slot has the old verdict)
+                and not (self._settling(event.received_at) and self._held_anew(session))
+            ):
                 # A routed flow its slot carries: recorded; entries once it proves long-lived.
                 session.slot_only = True
                 self._slot_touch(session, clock)
@@ -507,6 +519,7 @@ class SessionManager:
 
     def _install(self, npm: str, items: list[_Pending]) -> list[_Pending]:
         """INSERT both directions of every session in one Write; returns the installed ones."""
+        self._hold_new(items)
         try:
             failed_sessions = self._insert_entries(npm, [i.session for i in items], "sessions")
         except Exception:
@@ -847,15 +860,32 @@ class SessionManager:
         """Every session (of `npm`, or of every NPM) against the policy just applied, `new` (as
         `self.policy`), after `old` (each with how it classifies): blocked if its ACL verdict
         became deny, re-steered if its class or its class's chain changed (controller.rematch).
+        Sessions set up from reports received until APPLY_SETTLE seconds from now are held to
+        it too, before their entries are written (their packets may have met the old tables).
         Returns how many sessions went each way."""
+        self._recent_apply = (old, new, time.perf_counter() + APPLY_SETTLE)
+        sessions = [s for s in self.sessions.values() if npm is None or s.npm == npm]
+        outcome, changed = self._hold(sessions, old, new)
+        if changed:
+            self.rewrite(changed, "policy rematch")
+            LOG.info("policy applied: sessions rematched: %s", outcome)
+        return outcome
+
+    def _hold(
+        self,
+        sessions: Sequence[Session],
+        old: tuple[Policy, Classify],
+        new: tuple[Policy, Classify],
+    ) -> tuple[dict[str, int], list[Session]]:
+        """Change `sessions` (in memory) as the new policy says: how many went each way, and
+        the changed ones."""
 
         def live(pool: str) -> set[tuple[int, int]]:
             return {(spec.port, spec.mac) for spec, _ in self.spms.live_members(pool)}
 
-        sessions = [s for s in self.sessions.values() if npm is None or s.npm == npm]
-        changes = rematch(sessions, old, new, live, self.spms.choose)
         outcome = dict.fromkeys(OUTCOMES, 0)
-        for change in changes:
+        changed: list[Session] = []
+        for change in rematch(sessions, old, new, live, self.spms.choose):
             session = change.session
             if change.block:
                 session.state = BLOCKED
@@ -865,10 +895,30 @@ class SessionManager:
                 session.spm_port, session.spm_mac = change.spm_port, change.spm_mac
             outcome[change.outcome] += 1
             self.stats.rematched[change.outcome] += 1
-        if changes:
-            self.rewrite([c.session for c in changes], "policy rematch")
-            LOG.info("policy applied: sessions rematched: %s", outcome)
-        return outcome
+            changed.append(session)
+        return outcome, changed
+
+    def _settling(self, received_at: float) -> bool:
+        """Whether a report received then may carry a verdict of the policy before the last
+        apply (the NPM classified its packet before the flip)."""
+        recent = self._recent_apply
+        return recent is not None and received_at <= recent[2]
+
+    def _held_anew(self, session: Session) -> bool:
+        """Hold one new session to the last apply; whether that changed it."""
+        recent = self._recent_apply
+        return recent is not None and bool(self._hold([session], recent[0], recent[1])[1])
+
+    def _hold_new(self, items: Sequence[_Pending]) -> None:
+        """New sessions from reports that may predate the last apply: held to it before their
+        entries are written."""
+        recent = self._recent_apply
+        early = [i.session for i in items if self._settling(i.received_at)]
+        if recent is None or not early:
+            return
+        outcome, changed = self._hold(early, recent[0], recent[1])
+        if changed:
+            LOG.info("new sessions of the old policy held to the new one: %s", outcome)
 
     def _pool_of(self, class_id: int) -> tuple[Any, str]:
         spec = self.policy.class_by_id(class_id)

@@ -7,6 +7,9 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+import pytest
+
+from controller import sessions as sessions_module
 from controller.classifier import acl_rules, ids_rules
 from controller.hsm.tables import compile_tables
 from controller.policy import Policy, SpmSpec, load_policy
@@ -244,3 +247,33 @@ def test_a_restart_with_another_policy_holds_the_sessions_to_it(
     second.stop()
     third = make_controller(switch)
     assert "rematched" not in third.states["npm1"].last_sync
+
+
+def test_reports_that_may_predate_an_apply_are_held_to_it(
+    switch: SwitchDouble,
+    make_controller: ControllerFactory,
+    lab: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A digest received soon after an apply may be of a packet classified before the flip: its
+    session is held to the new policy before its entries are written. One received later is the
+    new tables' own verdict."""
+    controller = make_controller(switch)
+    monkeypatch.setattr(sessions_module, "APPLY_SETTLE", 60.0)  # a loaded machine is slow
+    changed_policy(lab)
+    assert apply(controller, lab)["rematched"] == dict.fromkeys(OUTCOMES, 0)  # none open yet
+    switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(SMTP)])
+    wait_until("the session in the database", lambda: db_sessions(controller))
+    assert session_entries(switch) == [
+        expected_entry(controller, SMTP, 30.0, True),
+        expected_entry(controller, reverse(SMTP), 30.0, True),
+    ]
+    assert [r["state"] for r in db_sessions(controller)] == [BLOCKED]
+    # With the settling time over, a report is taken as it is.
+    monkeypatch.setattr(sessions_module, "APPLY_SETTLE", 0.0)
+    apply(controller, lab)
+    later = key(H2, OUT1, pc.IP_PROTO_TCP, 40020, 25)
+    switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(later)])
+    wait_until("the second session", lambda: len(db_sessions(controller)) == 2)
+    states = {r["src"]: r["state"] for r in db_sessions(controller)}
+    assert states == {SMTP[0]: BLOCKED, later[0]: ACTIVE}
