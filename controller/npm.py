@@ -369,10 +369,15 @@ class NpmConnection:
     ) -> list[p4r.Entity]:
         return list(self._client.read(entities, timeout))
 
-    def packet_out(self, payload: bytes, submit_to_ingress: bool = True, port: int = 0) -> None:
-        metadata = self.schema.encode_packet_metadata(
-            "packet_out", {"egress_port": port, "submit_to_ingress": int(submit_to_ingress)}
-        )
+    def packet_out(
+        self, payload: bytes, submit_to_ingress: bool = True, port: int = 0, end_flow: bool = False
+    ) -> None:
+        """Send `payload` out of `port`, or through the pipeline (`submit_to_ingress`); with
+        `end_flow`, the pipeline frees the data-plane slot of the payload's flow and drops it."""
+        values = {"egress_port": port, "submit_to_ingress": int(submit_to_ingress)}
+        if end_flow:
+            values["end_flow"] = 1
+        metadata = self.schema.encode_packet_metadata("packet_out", values)
         self._client.packet_out(payload, metadata)
 
     # -- encoding ----------------------------------------------------------------------------

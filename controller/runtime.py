@@ -904,7 +904,7 @@ class Controller:
         session = self.sessions.sessions.get(event.session_id)
         if session is None:
             raise RequestError(404, f"no session {event.session_id}")
-        self.sessions.remove([session], event.reason)
+        self.sessions.remove([session], event.reason, end_slots=True)
         return {"deleted": event.session_id}
 
     def _on_session_block(self, event: ev.SessionBlockRequested) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from controller.session_encoding import FlowKey
 from opengate import p4constants as pc
+from opengate.inet import internet_checksum
 
 ACTIVE, CLOSING, BLOCKED, BYPASSED = "active", "closing", "blocked", "bypassed"
 FIN_ORIGINAL, FIN_REPLY = 1, 2
@@ -161,6 +162,28 @@ def parse_flow(frame: bytes) -> FlowKey | None:
         elif icmp_type == pc.ICMP_ECHO_REPLY:
             dport = ident
     return (src, dst, proto, sport, dport)
+
+
+def flow_frame(key: FlowKey) -> bytes:
+    """A frame the pipeline keys as `key` (parse_flow's inverse): Ethernet, IPv4 with a valid
+    header checksum, and a TCP ACK, a UDP datagram or an ICMP echo with no payload (a request
+    with the source port as its identifier, a reply with the destination port)."""
+    src, dst, proto, sport, dport = key
+    if proto == pc.IP_PROTO_TCP:
+        l4 = struct.pack("!HHIIBBHHH", sport, dport, 0, 0, 5 << 4, 0x10, 0, 0, 0)
+    elif proto == pc.IP_PROTO_UDP:
+        l4 = struct.pack("!HHHH", sport, dport, 8, 0)
+    elif proto == pc.IP_PROTO_ICMP:
+        request = sport != 0 or dport == 0
+        kind, ident = (pc.ICMP_ECHO_REQUEST, sport) if request else (pc.ICMP_ECHO_REPLY, dport)
+        bare = struct.pack("!BBHHH", kind, 0, 0, ident, 0)
+        l4 = struct.pack("!BBHHH", kind, 0, internet_checksum(bare), ident, 0)
+    else:
+        l4 = b""
+    header = struct.pack("!BBHHHBBHII", 0x45, 0, 20 + len(l4), 0, 0, 64, proto, 0, src, dst)
+    header = header[:10] + struct.pack("!H", internet_checksum(header)) + header[12:]
+    ethernet = bytes(6) + bytes.fromhex("020000000000") + struct.pack("!H", pc.ETHERTYPE_IPV4)
+    return ethernet + header + l4
 
 
 def partner_key(key: FlowKey, params: Mapping[str, int] | None) -> tuple[FlowKey, bool]:

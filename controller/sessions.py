@@ -52,6 +52,7 @@ from controller.session_model import (
     FIN_REPLY,
     Session,
     direction_params,
+    flow_frame,
     flow_text,
     parse_flow,
     partner_key,
@@ -593,7 +594,10 @@ class SessionManager:
 
     # -- removal and changes -----------------------------------------------------------------
 
-    def remove(self, sessions: Iterable[Session], reason: str) -> int:
+    def remove(self, sessions: Iterable[Session], reason: str, end_slots: bool = False) -> int:
+        """Remove sessions: their entries, or with `end_slots` (a session deleted on request)
+        the data-plane slot of those a slot alone carries, which would otherwise carry the flow
+        until it ages out."""
         by_npm: dict[str, list[Session]] = {}
         for session in sessions:
             if session.id in self.sessions:
@@ -611,6 +615,12 @@ class SessionManager:
                 ]
                 if deletes:
                     self._write(npm, deletes, f"remove sessions ({reason})", GONE)
+                if end_slots:
+                    # Nothing written for them: their slots are freed by a packet of each flow.
+                    for s in items:
+                        if s.slot_only:
+                            connection.packet_out(flow_frame(s.key), end_flow=True)
+                            self.stats.packet_outs += 1
             for session in items:
                 self._unindex(session)
             self.store.submit(self.db.delete_sessions, [s.id for s in items])

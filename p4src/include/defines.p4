@@ -79,7 +79,8 @@ const drop_reason_t DROP_CPU_LOOP        = 16;  // injected by the CPU and would
 const drop_reason_t DROP_NO_SPM          = 17;  // the class needs inspection, no SPM is up, fail-closed
 const drop_reason_t DROP_CPU_SOURCE_METER = 18; // this source's share of the path to the CPU is used up
 const drop_reason_t DROP_NEW_FLOW_RATE   = 19;  // this source opens new flows faster than the policy allows
-const bit<32> DROP_REASON_COUNT = 20;
+const drop_reason_t DROP_CPU_CONTROL     = 20;  // a control packet of the CPM, used up here (a flow ended)
+const bit<32> DROP_REASON_COUNT = 21;
 
 // Why a packet goes to the controller (packet_in.reason).
 const cpu_reason_t CPU_REASON_SESSION_NAT = 1;  // opening packet of a session that needs NAT
@@ -115,7 +116,8 @@ const bit<32> FLOW_EVENT_DNAT_FALLBACK = 11; // a forwarded flow found no slot: 
 const bit<32> FLOW_EVENT_REPORTED  = 12; // a routed flow without exact entries, alive after
                                          // its report interval: reported again (digest)
 const bit<32> FLOW_EVENT_RELATED  = 13; // an ICMP error about a flow's packet, admitted by its slot
-const bit<32> FLOW_EVENT_COUNT     = 14;
+const bit<32> FLOW_EVENT_ENDED    = 14; // the controller ended a flow its slot alone carried
+const bit<32> FLOW_EVENT_COUNT     = 15;
 
 // Layout of a slot's state word: protocol, flags, class.
 const bit<32> FLOW_STATE_VALID     = 0x100;  // the slot holds a flow

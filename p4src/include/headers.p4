@@ -19,7 +19,12 @@ header packet_in_h {
 header packet_out_h {
     port_id_t egress_port;
     bit<1>    submit_to_ingress;  // 1: run the packet through the pipeline as if it arrived
+#ifdef OG_DP_SESSIONS
+    bit<1>    end_flow;           // 1 (with submit_to_ingress): free the slot of the packet's flow
+    bit<5>    _pad;
+#else
     bit<6>    _pad;
+#endif
 }
 
 header ethernet_h {

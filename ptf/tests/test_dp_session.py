@@ -290,6 +290,44 @@ class ControllerRemovalRetiresTheSlot(DataPlaneSessionTest):
         self.assertEqual(self.events(pc.FLOW_EVENT_HIT), 0)
 
 
+class ControllerEndsAFlowItsSlotAloneCarries(DataPlaneSessionTest):
+    """A packet-out through the pipeline with end_flow set, of a flow's original direction, frees
+    the flow's slot (FLOW_EVENT_ENDED) and is used up (CPU_CONTROL): the flow's reply is then
+    dropped as without a session. The flow that shares its candidate slots keeps its slot, and
+    an end_flow of a flow without a slot frees nothing."""
+
+    def end_flow(self, packet: Packet) -> None:
+        before = self.counter(pc.C_DROP_COUNTER, pc.DROP_CPU_CONTROL)[0]
+        metadata = {"submit_to_ingress": 1, "end_flow": 1}
+        self.client.packet_out(
+            bytes(packet), self.schema.encode_packet_metadata("packet_out", metadata)
+        )
+        self.wait_for(
+            "drop_counter[CPU_CONTROL] to count the packet-out",
+            lambda: self.counter(pc.C_DROP_COUNTER, pc.DROP_CPU_CONTROL)[0] == before + 1,
+        )
+        testutils.verify_no_other_packets(self)
+
+    def runTest(self) -> None:
+        self.classify_everything()
+        self.forwarded(INSIDE, refresh(tcp_packet(flags="S")), OUTSIDE, HOST_OUT_MAC)
+        alt = refresh(tcp_packet(src=HOST_IN_ALT, dst=HOST_OUT_ALT, flags="S"))
+        self.forwarded(INSIDE, alt, OUTSIDE, HOST_OUT_MAC)
+        self.end_flow(refresh(tcp_packet(src=HOST_IN_ALT, dst=HOST_OUT_ALT, flags="A")))
+        self.assertEqual(self.events(pc.FLOW_EVENT_ENDED), 1)
+        self.assert_dropped(
+            OUTSIDE, bytes(reply(flags="A", src=HOST_OUT_ALT, dst=HOST_IN_ALT)), pc.DROP_NO_SESSION
+        )
+        self.forwarded(OUTSIDE, reply(flags="A"), INSIDE, HOST_IN_MAC)  # its neighbour's lives
+        self.end_flow(refresh(tcp_packet(sport=40001, flags="A")))  # no such flow
+        self.assertEqual(self.events(pc.FLOW_EVENT_ENDED), 1)
+        self.forwarded(OUTSIDE, reply(flags="A"), INSIDE, HOST_IN_MAC)
+        self.end_flow(refresh(tcp_packet(flags="A")))
+        self.assertEqual(self.events(pc.FLOW_EVENT_ENDED), 2)
+        self.assert_dropped(OUTSIDE, bytes(reply(flags="A")), pc.DROP_NO_SESSION)
+        testutils.verify_no_other_packets(self)
+
+
 class ReplyAdmittedWhileOnlyTheOriginalEntryExists(DataPlaneSessionTest):
     """The controller's two entries of a session do not appear at once (one Write's updates are
     applied one by one): a packet may hit the original direction's entry before the reply's

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -188,6 +189,43 @@ def test_entries_on_demand_short_flows_recorded_long_ones_installed(
         "the API to list both pings, one with entries",
         lambda: icmp_entries() == ["False", "True"],
     )
+
+
+def test_deleting_a_session_its_slot_alone_carries_ends_the_flow(
+    on_demand_gateway: GatewayNetwork,
+) -> None:
+    """With exact entries on demand, a UDP flow h1 -> out1's echo service is recorded without
+    entries; deleting its session through the API frees its slot in the NPM (which counts the
+    flow ended), so the flow's next datagram opens it anew: a new slot, a new session."""
+    gateway = on_demand_gateway
+    port = 45555
+    probe = f"fixed {OUT1} {port} 1 --tries 3"
+
+    def session() -> dict[str, Any]:
+        """The flow's session ({}: none)."""
+        rows = gateway.api("GET", "/api/v1/sessions", params={"limit": 100_000})["sessions"]
+        flows = [r for r in rows if r["src"] == H1 and r["sport"] == port and r["dport"] == 7]
+        return dict(flows[-1]) if flows else {}
+
+    assert run_probe(gateway, "h1", probe)["replied"] == [port]
+    first = wait_for("the flow's session", session)
+    assert first["entries"] is False, first
+    ended = flow_events(gateway, pc.FLOW_EVENT_ENDED)
+    created = flow_events(gateway, pc.FLOW_EVENT_CREATED)
+    gateway.api("DELETE", f"/api/v1/sessions/{first['id']}")
+    wait_for(
+        "the NPM to end the flow", lambda: flow_events(gateway, pc.FLOW_EVENT_ENDED) == ended + 1
+    )
+    assert run_probe(gateway, "h1", probe)["replied"] == [port]
+
+    def new_session() -> dict[str, Any]:
+        row = session()
+        return row if row and row["id"] != first["id"] else {}
+
+    second = wait_for("a new session for the flow", new_session)
+    assert second["entries"] is False, second
+    assert flow_events(gateway, pc.FLOW_EVENT_CREATED) > created
+    gateway.api("DELETE", f"/api/v1/sessions/{second['id']}")
 
 
 # Nothing listens on out1's UDP discard port: its kernel answers with a port unreachable.

@@ -229,6 +229,19 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         size = NAT_TABLE_SIZE;
     }
 
+    // A flow's two candidate slots, from its direction-agnostic key: crc32 of the fields, and
+    // crc32 of the same fields in another order (crc16's 16 bits would reach only the first
+    // 65,536 slots).
+    @hidden
+    action candidate_slots(in bit<32> addr_mix, in bit<32> addr_sum, in bit<8> proto,
+                           in l4_port_t port_mix, in l4_port_t port_sum,
+                           out flow_slot_t slot0, out flow_slot_t slot1) {
+        hash(slot0, HashAlgorithm.crc32, 32w0, { addr_mix, addr_sum, proto, port_mix, port_sum },
+             (bit<32>)FLOW_SLOTS);
+        hash(slot1, HashAlgorithm.crc32, 32w0, { port_sum, port_mix, proto, addr_sum, addr_mix },
+             (bit<32>)FLOW_SLOTS);
+    }
+
     // Read one candidate slot: its state word, whether it holds the flow src:ports -> dst (in
     // either direction, by the whole 5-tuple, of the kind wanted: plain, masqueraded or
     // forwarded) and whether it is alive.
@@ -258,6 +271,37 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
 
     apply {
 #ifdef OG_DP_SESSIONS
+        if (hdr.packet_out.isValid() && hdr.packet_out.end_flow == 1) {
+            // The CPM ends a routed flow that its slot alone carries (a session recorded
+            // without entries, deleted): a packet of the flow's original direction, sent
+            // through the pipeline, frees the flow's slot if it holds the flow, and goes no
+            // further. (A flow with exact entries ends when they go: its slot is retired by
+            // its next packet.)
+            bit<32> e_src = meta.key_src;
+            bit<32> e_dst = meta.key_dst;
+            bit<32> e_ports = meta.key_sport ++ meta.key_dport;
+            flow_slot_t e_slot0;
+            flow_slot_t e_slot1;
+            candidate_slots(e_src ^ e_dst, e_src + e_dst, hdr.ipv4.protocol,
+                            meta.key_sport ^ meta.key_dport, meta.key_sport + meta.key_dport,
+                            e_slot0, e_slot1);
+            bit<32> e_state;
+            bool e_mine;
+            bool e_live;
+            bool e_original;
+            probe(e_slot0, e_src, e_dst, e_ports, 0, e_state, e_mine, e_live, e_original);
+            flow_slot_t e_slot = e_slot0;
+            if (!e_mine) {
+                probe(e_slot1, e_src, e_dst, e_ports, 0, e_state, e_mine, e_live, e_original);
+                e_slot = e_slot1;
+            }
+            if (e_mine) {
+                flow_state.write(e_slot, 0);
+                OG_COUNT(flow_event_counter, FLOW_EVENT_ENDED);
+            }
+            meta.drop_setup = DROP_CPU_CONTROL;
+            return;
+        }
         bool l4 = hdr.tcp.isValid() || hdr.udp.isValid() || FLOW_ICMP_ERROR
             || (hdr.icmp.isValid() && (hdr.icmp.icmp_type == ICMP_ECHO_REQUEST
                                        || hdr.icmp.icmp_type == ICMP_ECHO_REPLY));
@@ -342,14 +386,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             slot0 = meta.dp_nat_slot;
             slot1 = meta.dp_nat_slot;
         } else if (eligible || returned_nat) {
-            hash(slot0, HashAlgorithm.crc32, 32w0,
-                 { addr_mix, addr_sum, FLOW_PROTO, port_mix, port_sum },
-                 (bit<32>)FLOW_SLOTS);
-            // The second: crc32 of the same fields in another order (crc16's 16 bits would
-            // reach only the first 65,536 slots).
-            hash(slot1, HashAlgorithm.crc32, 32w0,
-                 { port_sum, port_mix, FLOW_PROTO, addr_sum, addr_mix },
-                 (bit<32>)FLOW_SLOTS);
+            candidate_slots(addr_mix, addr_sum, FLOW_PROTO, port_mix, port_sum, slot0, slot1);
             if (nat_flow) {
                 slot0 = slot0 & (NAT_DP_SLOTS - 1);
                 slot1 = slot1 & (NAT_DP_SLOTS - 1);
