@@ -23,8 +23,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller import events as ev
+from controller.errors import RequestError
 from controller.policy import load_policy, mac_text
-from controller.runtime import Controller, RequestError
+from controller.runtime import Controller
 from controller.spm_pool import ReportError, validate_report
 from controller.web import Console
 from opengate import p4constants as pc

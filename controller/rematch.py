@@ -27,6 +27,7 @@ translation, even if the new policy would translate it otherwise) and idle timeo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -38,6 +39,7 @@ from controller.hsm.update import flip_entry
 from controller.policy import Policy, SpmSpec
 from controller.session_encoding import FlowKey
 from controller.session_model import BLOCKED, BYPASSED, Session
+from controller.spm_pool import SpmPool
 from opengate.entries import TableEntry
 from opengate.fields import Packet
 
@@ -49,6 +51,10 @@ LiveMembers = Callable[[str], set[tuple[int, int]]]
 
 # A rule's P4 action (what classification gives) -> its verdict.
 ACTIONS = {action.p4_action: action for action in AclAction}
+# After a policy apply, reports received for this long may still carry the old policy's
+# verdicts (packets classified before the flip, digests on their way): their sessions are held
+# to the new policy before their entries are written.
+APPLY_SETTLE = 0.5
 OUTCOMES = ("denied", "reclassified", "resteered", "inspected", "uninspected", "no_spm_blocked")
 
 
@@ -175,3 +181,59 @@ def _steering(
     else:
         outcome = "resteered"
     return Change(session, outcome, class_id, target[0], target[1], block=False)
+
+
+class PolicyHold:
+    """Holds sessions to the policies applied (changing them in memory; the caller writes the
+    entries), counts the outcomes into `counts`, and remembers the last apply, so that sessions
+    from reports received within APPLY_SETTLE seconds of it are held to it too."""
+
+    def __init__(self, spms: SpmPool, counts: dict[str, int]) -> None:
+        self.spms = spms
+        self.counts = counts
+        self._last: tuple[tuple[Policy, Classify], tuple[Policy, Classify], float] | None = None
+
+    def applied(
+        self,
+        sessions: Iterable[Session],
+        old: tuple[Policy, Classify],
+        new: tuple[Policy, Classify],
+    ) -> tuple[dict[str, int], list[Session]]:
+        """`new` was applied after `old`: hold `sessions` to it. How many went each way, and the
+        changed sessions."""
+        self._last = (old, new, time.perf_counter() + APPLY_SETTLE)
+        return self._hold(sessions, old, new)
+
+    def settling(self, received_at: float) -> bool:
+        """Whether a report received then (time.perf_counter()) may carry a verdict of the
+        policy before the last apply (the NPM classified its packet before the flip)."""
+        return self._last is not None and received_at <= self._last[2]
+
+    def again(self, sessions: Iterable[Session]) -> tuple[dict[str, int], list[Session]]:
+        """Hold new sessions to the last apply."""
+        if self._last is None:
+            return dict.fromkeys(OUTCOMES, 0), []
+        return self._hold(sessions, self._last[0], self._last[1])
+
+    def _hold(
+        self,
+        sessions: Iterable[Session],
+        old: tuple[Policy, Classify],
+        new: tuple[Policy, Classify],
+    ) -> tuple[dict[str, int], list[Session]]:
+        def live(pool: str) -> set[tuple[int, int]]:
+            return {(spec.port, spec.mac) for spec, _ in self.spms.live_members(pool)}
+
+        outcome = dict.fromkeys(OUTCOMES, 0)
+        changed: list[Session] = []
+        for change in rematch(sessions, old, new, live, self.spms.choose):
+            session = change.session
+            if change.block:
+                session.state = BLOCKED
+            else:
+                session.class_id = change.class_id
+                session.spm_port, session.spm_mac = change.spm_port, change.spm_mac
+            outcome[change.outcome] += 1
+            self.counts[change.outcome] += 1
+            changed.append(session)
+        return outcome, changed

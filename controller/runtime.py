@@ -14,11 +14,9 @@ import dataclasses
 import datetime as dt
 import difflib
 import functools
-import ipaddress
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +40,7 @@ from controller.classifier import (
 from controller.classifier import summary as classifier_summary
 from controller.counters import NpmCounterCollector, NpmCounters, read_counters
 from controller.db import Database, DbWriter
+from controller.errors import RequestError
 from controller.hsm import schema
 from controller.hsm.compile import CompiledTables, TableOverflow
 from controller.ipsec import IpsecReports, active_spm, ipsec_view, spm_config
@@ -50,9 +49,9 @@ from controller.npm import NpmAddress, NpmConnection, Pipeline
 from controller.policy import Policy, load_policy
 from controller.rematch import Classify, classifier, tables_classifier
 from controller.session_encoding import FlowKey
-from controller.session_model import BLOCKED, Session
 from controller.sessions import SessionManager
 from controller.spm_pool import SpmPool
+from controller.verdicts import SpmVerdicts
 from opengate import p4constants as pc
 from opengate.entries import Exact, TableEntry
 from opengate.errors import ConfigError
@@ -64,25 +63,9 @@ LOG = logging.getLogger(__name__)
 
 DEFAULT_ELECTION_ID = 10
 TAKEOVER_RETRY_SECONDS = 2.0
-PROTO_NAMES = {"tcp": pc.IP_PROTO_TCP, "udp": pc.IP_PROTO_UDP, "icmp": pc.IP_PROTO_ICMP}
-DROP_ACTIONS = ("drop", "block", "reject", "sdrop")
-# A bypass request or a drop alert for a flow the CPM does not know yet (the data plane made its
-# session and the digest is still on its way) is kept this long, and at most this many, and
-# applied when the session is installed. A block outranks a bypass of the same flow.
 # A read of an NPM's counters (API, Prometheus scrape) gives up after this long: a switch that
 # does not answer must not hang the API.
 COUNTER_READ_SECONDS = 5.0
-EARLY_SECONDS = 5.0
-EARLY_KEPT = 4096
-
-
-class RequestError(Exception):
-    """A request the controller refuses, with the HTTP status the API answers with."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 def default_pipeline() -> Pipeline:
@@ -148,7 +131,6 @@ class Controller:
         self.previous_policy: tuple[str, str] | None = None  # (path, text), see _initial_policy
         self.started_at = time.time()
         # flow as an SPM named it -> (the request: a bypass, or the SPM whose alert blocks it, time)
-        self._early: OrderedDict[FlowKey, tuple[ev.BypassRequested | str, float]] = OrderedDict()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.spms: SpmPool | None = None
@@ -185,6 +167,7 @@ class Controller:
             self.bus.publish,
             self.db_writer,
         )
+        self.verdicts = SpmVerdicts(self.sessions, self.db, self.metrics)
         for spm in self.policy.spms:
             self.db.upsert_spm(
                 spm.name, port=spm.port, mac=spm.mac, status="unknown", weight=spm.weight
@@ -339,9 +322,7 @@ class Controller:
         bus.subscribe(ev.SpmLoadReport, self._on_spm_load)
         bus.subscribe(ev.SpmDown, self._on_spm_down)
         bus.subscribe(ev.SpmUp, self._on_spm_up)
-        bus.subscribe(ev.AlertReceived, self._on_alert)
-        bus.subscribe(ev.BypassRequested, self._on_bypass)
-        bus.subscribe(ev.SessionsInstalled, self._on_sessions_installed)
+        self.verdicts.subscribe(bus)
         bus.subscribe(ev.SessionDeleteRequested, self._on_session_delete)
         bus.subscribe(ev.SessionBlockRequested, self._on_session_block)
         bus.subscribe(ev.SpmDrainRequested, self._on_spm_drain)
@@ -756,149 +737,6 @@ class Controller:
     def _on_spm_up(self, event: ev.SpmUp) -> None:
         LOG.info("SPM %s is back; new flows may use it again", event.spm)
 
-    def _flow_key(self, flow: Mapping[str, Any]) -> FlowKey:
-        try:
-            proto_value = flow["proto"]
-            if isinstance(proto_value, str):
-                proto = PROTO_NAMES.get(proto_value.lower())
-                if proto is None:
-                    proto = int(proto_value)
-            else:
-                proto = int(proto_value)
-            return (
-                int(ipaddress.IPv4Address(str(flow["src"]))),
-                int(ipaddress.IPv4Address(str(flow["dst"]))),
-                proto,
-                int(flow.get("sport") or 0),
-                int(flow.get("dport") or 0),
-            )
-        except (KeyError, ValueError, TypeError) as error:
-            raise RequestError(422, f"flow: {error}") from None
-
-    def _find_flow(self, flow: Mapping[str, Any]) -> Session | None:
-        assert self.sessions is not None
-        return self.sessions.find_flow(self._flow_key(flow))
-
-    def _on_alert(self, event: ev.AlertReceived) -> dict[str, Any]:
-        assert self.sessions is not None
-        alert = event.alert
-        flow = alert.get("flow") or {}
-        session = self._find_flow(flow) if flow else None
-        action = str(alert.get("action", "alert")).lower()
-        self.metrics.alerts.labels(event.spm, action).inc()
-        alert_id = self.db.add_alert(
-            spm=event.spm,
-            ts=str(alert.get("ts")) if alert.get("ts") is not None else None,
-            sid=alert.get("sid"),
-            gid=alert.get("gid"),
-            rev=alert.get("rev"),
-            msg=str(alert.get("msg", "")),
-            classtype=alert.get("classtype"),
-            action=action,
-            proto=str(flow.get("proto")) if flow.get("proto") is not None else None,
-            src=flow.get("src"),
-            dst=flow.get("dst"),
-            sport=flow.get("sport"),
-            dport=flow.get("dport"),
-            community_id=alert.get("community_id"),
-            session_id=session.id if session is not None else None,
-        )
-        blocked = False
-        if action in DROP_ACTIONS and session is None and flow:
-            # its session may not be known yet (digest queued): blocked when it is installed
-            self._remember_early(self._flow_key(flow), event.spm)
-        if action in DROP_ACTIONS and session is not None and session.state != BLOCKED:
-            self.sessions.block(session)
-            blocked = True
-            LOG.warning(
-                "SPM %s: %s (sid %s) -> session %d blocked",
-                event.spm,
-                alert.get("msg"),
-                alert.get("sid"),
-                session.id,
-                extra={"spm": event.spm},
-            )
-        return {
-            "alert": alert_id,
-            "session": session.id if session is not None else None,
-            "blocked": blocked,
-        }
-
-    def _on_bypass(self, event: ev.BypassRequested) -> dict[str, Any]:
-        assert self.sessions is not None and self.policy is not None
-        session = self._find_flow(event.flow)
-        if session is None:
-            # The data plane may have made the session, its digest not handled yet: keep the
-            # request for a while and apply it when the session is installed.
-            self._remember_early(self._flow_key(event.flow), event)
-            return {"session": None, "bypassed": False, "pending": True}
-        return self._bypass(session, event)
-
-    def _remember_early(self, key: FlowKey, request: ev.BypassRequested | str) -> None:
-        early = self._early
-        key = _early_name(key)
-        previous = early.pop(key, None)
-        if previous is not None and isinstance(previous[0], str):
-            request = previous[0]  # blocked stays blocked
-        early[key] = (request, time.monotonic())
-        while len(early) > EARLY_KEPT:
-            early.popitem(last=False)
-
-    def _on_sessions_installed(self, event: ev.SessionsInstalled) -> None:
-        """Apply the bypass requests and drop alerts that came before these sessions were
-        known."""
-        early = self._early
-        if not early or self.sessions is None:
-            return
-        now = time.monotonic()
-        while early:  # expired first (oldest first)
-            _, (_, seen) = next(iter(early.items()))
-            if now - seen <= EARLY_SECONDS:
-                break
-            early.popitem(last=False)
-        for key in event.keys:
-            session = self.sessions.find(event.npm, key)
-            if session is None:
-                continue
-            for k in (session.key, session.reply):
-                for named in (k, (k[1], k[0], k[2], k[4], k[3])):
-                    item = early.pop(_early_name(named), None)
-                    if item is None:
-                        continue
-                    request = item[0]
-                    if isinstance(request, str):
-                        if session.state != BLOCKED:
-                            self.sessions.block(session)
-                            LOG.warning(
-                                "SPM %s: drop alert before the session -> session %d blocked",
-                                request,
-                                session.id,
-                                extra={"spm": request},
-                            )
-                        continue
-                    try:
-                        self._bypass(session, request)
-                    except RequestError as refused:
-                        LOG.warning("session %d: bypass refused: %s", session.id, refused.message)
-
-    def _bypass(self, session: Session, event: ev.BypassRequested) -> dict[str, Any]:
-        assert self.sessions is not None and self.policy is not None
-        spec = self.policy.class_by_id(session.class_id)
-        if spec is None or not spec.bypass:
-            name = spec.name if spec is not None else f"#{session.class_id}"
-            raise RequestError(409, f"class {name} does not allow bypass")
-        if session.state == BLOCKED:
-            raise RequestError(409, "the session is blocked")
-        self.sessions.bypass(session)
-        LOG.info(
-            "session %d bypassed by SPM %s after %d clean bytes",
-            session.id,
-            event.spm,
-            event.clean_bytes,
-            extra={"spm": event.spm},
-        )
-        return {"session": session.id, "bypassed": True}
-
     def _on_session_delete(self, event: ev.SessionDeleteRequested) -> dict[str, Any]:
         assert self.sessions is not None
         session = self.sessions.sessions.get(event.session_id)
@@ -1027,12 +865,3 @@ class Controller:
                 ),
             }
         return out
-
-
-def _early_name(key: FlowKey) -> FlowKey:
-    """How an early request is filed: by its 5-tuple, but an ICMP flow by its addresses alone
-    (an SPM names it by type and code, the session by the echo identifier; `find_flow` matches
-    it the same way)."""
-    if key[2] == pc.IP_PROTO_ICMP:
-        return (key[0], key[1], key[2], 0, 0)
-    return key

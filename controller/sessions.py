@@ -41,7 +41,7 @@ from controller.gateway_icmp import GatewayIcmp
 from controller.metrics import Metrics
 from controller.npm import NpmConnection, WriteResult
 from controller.policy import Policy
-from controller.rematch import OUTCOMES, Classify, rematch
+from controller.rematch import OUTCOMES, Classify, PolicyHold
 from controller.session_encoding import FlowKey, SessionEncoder, SessionUpdate
 from controller.session_model import (
     ACTIVE,
@@ -75,10 +75,6 @@ GONE = frozenset({rpc_code.NOT_FOUND})  # a delete's expected failure: the entry
 # slot-only session not reported for that + its idle timeout has aged out of its slot; this much
 # more covers the digest's way to the CPM and the tick.
 SLOT_GRACE_SECONDS = 2.0
-# After a policy apply, reports received for this long may still carry the old policy's
-# verdicts (packets classified before the flip, digests on their way): their sessions are held
-# to the new policy before their entries are written.
-APPLY_SETTLE = 0.5
 
 
 @dataclass(slots=True)
@@ -167,8 +163,8 @@ class SessionManager:
         self._early_closes: OrderedDict[tuple[str, FlowKey], tuple[int, float]] = OrderedDict()
         # Slot-only sessions by idle timeout, each oldest report first (ageing, on_tick).
         self._slots: dict[float, OrderedDict[int, Session]] = {}
-        # The last policy apply (old, new, until when reports may predate it): see rematch.
-        self._recent_apply: tuple[Any, Any, float] | None = None
+        # Sessions held to applied policies (and the last apply's settling time).
+        self.hold = PolicyHold(spms, self.stats.rematched)
 
     def encoder(self, npm: str) -> SessionEncoder:
         encoder = self._encoders.get(npm)
@@ -270,7 +266,7 @@ class SessionManager:
                 and f.get("dp_session")
                 and nat_kind == pc.NAT_NONE
                 # (a flow the last apply changed gets entries: its slot has the old verdict)
-                and not (self._settling(event.received_at) and self._held_anew(session))
+                and not (self.hold.settling(event.received_at) and self.hold.again([session])[1])
             ):
                 # A routed flow its slot carries: recorded; entries once it proves long-lived.
                 session.slot_only = True
@@ -868,65 +864,27 @@ class SessionManager:
         npm: str | None = None,
     ) -> dict[str, int]:
         """Every session (of `npm`, or of every NPM) against the policy just applied, `new` (as
-        `self.policy`), after `old` (each with how it classifies): blocked if its ACL verdict
-        became deny, re-steered if its class or its class's chain changed (controller.rematch).
-        Sessions set up from reports received until APPLY_SETTLE seconds from now are held to
-        it too, before their entries are written (their packets may have met the old tables).
-        Returns how many sessions went each way."""
-        self._recent_apply = (old, new, time.perf_counter() + APPLY_SETTLE)
+        `self.policy`), after `old` (controller.rematch.PolicyHold): the changed ones are
+        rewritten. Returns how many sessions went each way."""
         sessions = [s for s in self.sessions.values() if npm is None or s.npm == npm]
-        outcome, changed = self._hold(sessions, old, new)
+        outcome, changed = self.hold.applied(sessions, old, new)
+        self._blocked_now(changed)
         if changed:
             self.rewrite(changed, "policy rematch")
             LOG.info("policy applied: sessions rematched: %s", outcome)
         return outcome
 
-    def _hold(
-        self,
-        sessions: Sequence[Session],
-        old: tuple[Policy, Classify],
-        new: tuple[Policy, Classify],
-    ) -> tuple[dict[str, int], list[Session]]:
-        """Change `sessions` (in memory) as the new policy says: how many went each way, and
-        the changed ones."""
-
-        def live(pool: str) -> set[tuple[int, int]]:
-            return {(spec.port, spec.mac) for spec, _ in self.spms.live_members(pool)}
-
-        outcome = dict.fromkeys(OUTCOMES, 0)
-        changed: list[Session] = []
-        for change in rematch(sessions, old, new, live, self.spms.choose):
-            session = change.session
-            if change.block:
-                session.state = BLOCKED
+    def _blocked_now(self, sessions: Iterable[Session]) -> None:
+        for session in sessions:
+            if session.state == BLOCKED:
                 self.closing.pop(session.id, None)
-            else:
-                session.class_id = change.class_id
-                session.spm_port, session.spm_mac = change.spm_port, change.spm_mac
-            outcome[change.outcome] += 1
-            self.stats.rematched[change.outcome] += 1
-            changed.append(session)
-        return outcome, changed
-
-    def _settling(self, received_at: float) -> bool:
-        """Whether a report received then may carry a verdict of the policy before the last
-        apply (the NPM classified its packet before the flip)."""
-        recent = self._recent_apply
-        return recent is not None and received_at <= recent[2]
-
-    def _held_anew(self, session: Session) -> bool:
-        """Hold one new session to the last apply; whether that changed it."""
-        recent = self._recent_apply
-        return recent is not None and bool(self._hold([session], recent[0], recent[1])[1])
 
     def _hold_new(self, items: Sequence[_Pending]) -> None:
         """New sessions from reports that may predate the last apply: held to it before their
         entries are written."""
-        recent = self._recent_apply
-        early = [i.session for i in items if self._settling(i.received_at)]
-        if recent is None or not early:
-            return
-        outcome, changed = self._hold(early, recent[0], recent[1])
+        early = [i.session for i in items if self.hold.settling(i.received_at)]
+        outcome, changed = self.hold.again(early)
+        self._blocked_now(changed)
         if changed:
             LOG.info("new sessions of the old policy held to the new one: %s", outcome)
 

@@ -33,8 +33,9 @@ from pydantic import BaseModel, Field
 from controller import events as ev
 from controller.counters import Cell
 from controller.db import SESSION_SORT_KEYS
+from controller.errors import RequestError
 from controller.policy import load_policy
-from controller.runtime import Controller, RequestError
+from controller.runtime import Controller
 from controller.session_encoding import SessionEncoder
 from controller.web.auth import COOKIE, SESSION_SECONDS, Logins
 from controller.web.history import History

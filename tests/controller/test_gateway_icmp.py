@@ -157,7 +157,7 @@ def test_a_ttl_expired_packet_in_is_answered_out_of_its_port(
     packet = probe()
     switch.inject_packet_in(bytes(packet), packet_in_meta(pc.CPU_REASON_TTL_EXPIRED))
     payload, meta = wait_until("the packet-out", lambda: switch.packet_out(0.05))
-    assert meta == {"egress_port": 1, "submit_to_ingress": 0, "_pad": 0}
+    assert meta == {"egress_port": 1, "submit_to_ingress": 0, "end_flow": 0, "_pad": 0}
     assert Ether(payload)[IP].src == GW_IN
     assert bytes(Ether(payload)[ICMP].payload) == bytes(packet[IP])
     assert payload == expected(packet, bytes(packet[IP]), Ether(payload)[IP].id)

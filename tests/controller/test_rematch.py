@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from controller import sessions as sessions_module
+from controller import rematch as rematch_module
 from controller.classifier import acl_rules, ids_rules
 from controller.hsm.tables import compile_tables
 from controller.policy import Policy, SpmSpec, load_policy
@@ -259,7 +259,7 @@ def test_reports_that_may_predate_an_apply_are_held_to_it(
     session is held to the new policy before its entries are written. One received later is the
     new tables' own verdict."""
     controller = make_controller(switch)
-    monkeypatch.setattr(sessions_module, "APPLY_SETTLE", 60.0)  # a loaded machine is slow
+    monkeypatch.setattr(rematch_module, "APPLY_SETTLE", 60.0)  # a loaded machine is slow
     changed_policy(lab)
     assert apply(controller, lab)["rematched"] == dict.fromkeys(OUTCOMES, 0)  # none open yet
     switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(SMTP)])
@@ -270,7 +270,7 @@ def test_reports_that_may_predate_an_apply_are_held_to_it(
     ]
     assert [r["state"] for r in db_sessions(controller)] == [BLOCKED]
     # With the settling time over, a report is taken as it is.
-    monkeypatch.setattr(sessions_module, "APPLY_SETTLE", 0.0)
+    monkeypatch.setattr(rematch_module, "APPLY_SETTLE", 0.0)
     apply(controller, lab)
     later = key(H2, OUT1, pc.IP_PROTO_TCP, 40020, 25)
     switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(later)])

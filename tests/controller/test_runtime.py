@@ -11,8 +11,9 @@ from finsy.proto import p4r
 
 from controller import events as ev
 from controller.classifier import CLASSIFICATION_TABLES
+from controller.errors import RequestError
 from controller.policy import load_policy
-from controller.runtime import Controller, RequestError
+from controller.runtime import Controller
 from opengate import p4constants as pc
 from opengate.entries import Exact, TableEntry
 from tests.controller.conftest import ControllerFactory, wait_until

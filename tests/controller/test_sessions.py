@@ -172,7 +172,7 @@ def test_masquerade_packet_in_allocates_installs_and_reinjects(
     switch.inject_packet_in(frame, packet_in_meta(ids_class=1, spm_port=3))
     payload, meta = wait_until("the packet-out", lambda: switch.packet_out(0.05))
     assert payload == frame
-    assert meta == {"egress_port": 0, "submit_to_ingress": 1, "_pad": 0}
+    assert meta == {"egress_port": 0, "submit_to_ingress": 1, "end_flow": 0, "_pad": 0}
     forward = {"class_id": 1, "spm_port": 3, "spm_mac": SPM1_MAC}
     # 40000 is outside the policy's NAT range (20000-20009): the first free port is taken.
     assert session_entries(switch) == nat_pair(

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import httpx
 
+from controller import events as ev
 from controller.api import ApiServer
 from controller.runtime import Controller
+from controller.session_model import flow_frame, parse_flow
 from controller.sessions import SLOT_GRACE_SECONDS
 from opengate import p4constants as pc
 from tests.controller.conftest import ControllerFactory, wait_until
@@ -162,3 +164,24 @@ def test_the_api_says_which_sessions_have_entries(
     finally:
         api.stop()
     assert sorted((r["sport"], r["entries"]) for r in rows) == [(40000, False), (40001, True)]
+
+
+def test_deleting_a_slot_only_session_ends_its_flow_in_the_npm(
+    switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
+) -> None:
+    """Nothing was written for it: the CPM sends a packet of the flow through the pipeline with
+    end_flow set, which frees its slot (its next packet is a new flow)."""
+    controller = make_controller(switch, policy=on_demand(lab))
+    assert switch.inject_digest(pc.D_SESSION_REQUEST_T, [{**request(FLOW), "dp_session": 1}])
+    (row,) = wait_until("the session in the DB", lambda: db_sessions(controller))
+    while switch.packet_out(0.01) is not None:  # (none expected; drained to be sure)
+        pass
+    writes = len(switch.writes)
+    (result,) = controller.bus.publish(ev.SessionDeleteRequested(row["id"], "test")).result(5)
+    assert result == {"deleted": row["id"]}
+    payload, meta = wait_until("the packet-out", lambda: switch.packet_out(0.05))
+    assert meta == {"egress_port": 0, "submit_to_ingress": 1, "end_flow": 1, "_pad": 0}
+    assert payload == flow_frame(FLOW)
+    assert parse_flow(payload) == FLOW
+    assert len(switch.writes) == writes, "no entry to delete"
+    assert db_sessions(controller) == []
