@@ -467,7 +467,9 @@ const policyPage = {
       } else if (action === "diff") {
         result.replaceChildren(this.diffView(data));
       } else {
-        result.replaceChildren(el("p", { class: "status-up", role: "alert" }, `Applied: version ${data.version}.`));
+        const held = Object.entries(data.rematched || {}).filter(([, n]) => n).map(([outcome, n]) => `${n} ${outcome.replaceAll("_", " ")}`);
+        const sessions = held.length ? ` Open sessions held to it: ${held.join(", ")}.` : "";
+        result.replaceChildren(el("p", { class: "status-up", role: "alert" }, `Applied: version ${data.version}.${sessions}`));
         const message = result.firstChild;
         await this.load();
         result.replaceChildren(message);
