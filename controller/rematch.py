@@ -104,13 +104,23 @@ def rematch(
     """The sessions that the new policy (with how it classifies) treats otherwise than the old
     one did, and how (nothing is changed here)."""
     (old_policy, old_classify), (policy, classify) = old, new
+    # The same tables (one classifier for both): a packet classifies alike under both, so only
+    # the default verdict and the classes' chains can have changed; if they did not, nothing did.
+    same_tables = old_classify is classify
+    if (
+        same_tables
+        and old_policy.acl_default == policy.acl_default
+        and _chains(old_policy) == _chains(policy)
+    ):
+        return []
     changes: list[Change] = []
     for session in sessions:
         if session.state == BLOCKED:
             continue
         src, dst, proto, sport, dport = session.key
         packet = Packet(src, dst, sport, dport, proto)
-        before, after = old_classify(packet), classify(packet)
+        after = classify(packet)
+        before = after if same_tables else old_classify(packet)
         if (
             acl_verdict(policy, after) is AclAction.DENY
             and acl_verdict(old_policy, before) is not AclAction.DENY
@@ -128,6 +138,10 @@ def rematch(
         if change is not None:
             changes.append(change)
     return changes
+
+
+def _chains(policy: Policy) -> dict[int, tuple[object, ...] | None]:
+    return {spec.class_id: _chain(policy, spec.class_id) for spec in policy.classes}
 
 
 def _chain(policy: Policy, class_id: int) -> tuple[object, ...] | None:

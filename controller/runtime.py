@@ -578,9 +578,11 @@ class Controller:
         self.sessions.policy = new
         self.previous_policy = None  # the sessions are held to `new` now, from `old`
         # The sessions opened under the old policy are held to the new one too.
-        rematched = self.sessions.rematch(
-            (old, classifier(old, tables[0])), (new, classifier(new, tables[1]))
-        )
+        new_classify = classifier(new, tables[1])
+        # The same rules, the same tables: one classifier serves both policies.
+        same = rules_key(old) == rules_key(new)
+        old_classify = new_classify if same else classifier(old, tables[0])
+        rematched = self.sessions.rematch((old, old_classify), (new, new_classify))
         version = self._record_policy(new, event.source)
         self.bus.publish(ev.PolicyApplied(version, new.sha256, new.summary()))
         LOG.info("policy version %d applied: %s", version, results)

@@ -11,6 +11,7 @@ import pytest
 
 from controller import rematch as rematch_module
 from controller.classifier import acl_rules, ids_rules
+from controller.hsm.linear import Classification
 from controller.hsm.tables import compile_tables
 from controller.policy import Policy, SpmSpec, load_policy
 from controller.rematch import OUTCOMES, classifier, rematch, tables_classifier
@@ -277,3 +278,33 @@ def test_reports_that_may_predate_an_apply_are_held_to_it(
     wait_until("the second session", lambda: len(db_sessions(controller)) == 2)
     states = {r["src"]: r["state"] for r in db_sessions(controller)}
     assert states == {SMTP[0]: BLOCKED, later[0]: ACTIVE}
+
+
+def test_with_the_same_rules_only_the_default_verdict_and_the_chains_count(lab: Path) -> None:
+    """One classifier for both policies (their rules are the same): sessions are classified once,
+    and not at all when neither the default verdict nor any class's chain changed."""
+    old = load_policy(lab)
+    lab.write_text(lab.read_text().replace("closing_linger: 0.2", "closing_linger: 1"))
+    same = load_policy(lab)
+    linear = classifier(old, None)
+    calls: list[Packet] = []
+
+    def counted(packet: Packet) -> Classification:
+        calls.append(packet)
+        return linear(packet)
+
+    sessions = [session(DNS, 3, (3, SPM1_MAC)), session(WEB, 1, (4, SPM2_MAC))]
+
+    def changes(new: Policy) -> list[tuple[int, str]]:
+        found = rematch(sessions, (old, counted), (new, counted), lambda _: set(), lambda *_: None)
+        return [(c.session.id, c.outcome) for c in found]
+
+    assert changes(same) == [] and calls == []
+    lab.write_text(
+        lab.read_text().replace(
+            "  - {id: 3, name: dns, chain: strict-ips, sids: [1000004]}",
+            "  - {id: 3, name: dns, sids: [1000004]}",
+        )
+    )
+    assert changes(load_policy(lab)) == [(DNS[3], "uninspected")]
+    assert len(calls) == len(sessions)  # once each
