@@ -1,0 +1,140 @@
+"""What holding open sessions to a newly applied policy costs the CPM (controller/rematch.py).
+
+    python -m bench.bench_rematch [--sessions 20000] [--linear 500]
+
+For the example policy, and the example policy with ClassBench's acl1_10k in its ACL and the
+Snort 3 community rules as its IDS rules (from ../shared/data; left out if absent), it times
+`rematch` over SESSIONS sessions from the inside hosts to random outside addresses and ports
+(TCP and UDP), in the dispatcher's three cases:
+- the rules changed (a deny rule added): each session classified twice, a walk of the old
+  tables and of the new ones, as the data plane classifies;
+- the rules are the same, a class's chain changed (no inspection): classified once;
+- nothing a session depends on changed (a timer): nothing classified;
+and, for comparison, first-match linear search (what a restarted controller without the old
+tables falls back to) over LINEAR sessions. Prints Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import random
+import sys
+import time
+from pathlib import Path
+
+from controller.classifier import acl_rules, ids_rules
+from controller.hsm.tables import compile_tables
+from controller.policy import Policy, SpmSpec, load_policy
+from controller.rematch import Classify, classifier, rematch
+from controller.session_encoding import FlowKey
+from controller.session_model import Session
+from opengate import p4constants as pc
+from opengate.target import repo_root, shared_data_dir
+from topo.model import without_inspection
+
+LAN_OUT = "    - {name: lan-out, src: inside, action: permit}"
+DENY = "    - {name: no-smtp, src: inside, proto: tcp, dport: 25, action: deny}\n"
+
+
+def policies() -> list[tuple[str, Path, str]]:
+    """(name, path, text) of the policies measured."""
+    path = repo_root() / "controller" / "examples" / "gateway.yaml"
+    text = path.read_text()
+    out = [("example", path, text)]
+    data = shared_data_dir()
+    acl, rules = data / "classbench" / "acl1_10k", data / "snort" / "snort3-community.rules"
+    if acl.exists() and rules.exists():
+        last = "action: deny}\n\nids:"  # the end of the example's ACL rules
+        assert last in text, "the example policy's ACL does not end as expected"
+        big = text.replace(
+            last, f"action: deny}}\n  classbench: {{file: {acl}, action: permit}}\n\nids:"
+        )
+        big = big.replace("rules: gateway.rules", f"rules: {rules}")
+        out.append(("example + acl1_10k + community rules", path, big))
+    else:
+        print(f"(no {acl} or {rules}: the example policy alone)", file=sys.stderr)
+    return out
+
+
+def sessions(count: int, seed: int = 1) -> list[Session]:
+    rng = random.Random(seed)
+    now = dt.datetime.now(dt.UTC)
+    out = []
+    for number in range(count):
+        proto = rng.choice((pc.IP_PROTO_TCP, pc.IP_PROTO_UDP))
+        key: FlowKey = (
+            0x0A000100 | rng.randrange(2, 255),
+            rng.getrandbits(32),
+            proto,
+            rng.randrange(1024, 65536),
+            rng.choice((25, 53, 80, 443, 5201, rng.randrange(1, 65536))),
+        )
+        reply = (key[1], key[0], proto, key[4], key[3])
+        out.append(
+            Session(number, "npm1", key, reply, 3, 3, 0x333, pc.NAT_NONE, 0, 0, 0, 1, 60.0, now)
+        )
+    return out
+
+
+def timed(
+    sessions: list[Session], old: tuple[Policy, Classify], new: tuple[Policy, Classify]
+) -> tuple[float, int]:
+    policy = new[0]
+    specs = {s.name: s for s in policy.spms}
+
+    def live(pool: str) -> set[tuple[int, int]]:
+        return {(specs[n].port, specs[n].mac) for n in policy.pool(pool).spms}
+
+    def choose(pool: str, flow: FlowKey) -> SpmSpec | None:
+        del flow
+        return specs[policy.pool(pool).spms[0]]
+
+    started = time.perf_counter()
+    changes = rematch(sessions, old, new, live, choose)
+    return time.perf_counter() - started, len(changes)
+
+
+def walker(policy: Policy, version: int) -> Classify:
+    return classifier(policy, compile_tables(acl_rules(policy), ids_rules(policy), version=version))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=20_000)
+    parser.add_argument("--linear", type=int, default=500)
+    args = parser.parse_args(argv)
+    table = [
+        "| policy | rules (ACL / IDS) | what changed | sessions | changed | seconds | µs per "
+        "session |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    many, few = sessions(args.sessions), sessions(args.linear, seed=2)
+    for name, path, text in policies():
+        old = load_policy(path, text)
+        denied = load_policy(path, text.replace(LAN_OUT, DENY + LAN_OUT))
+        plain = load_policy(path, without_inspection(text))
+        timer = load_policy(path, text.replace("closing_linger: 2", "closing_linger: 3"))
+        before, after = walker(old, 0), walker(denied, 1)
+        linear_old, linear_new = classifier(old, None), classifier(denied, None)
+        cases = [
+            ("rules (a deny added): two walks", many, (old, before), (denied, after)),
+            ("a class's chain: one walk", many, (old, before), (plain, before)),
+            ("a timer: nothing", many, (old, before), (timer, before)),
+            ("rules, linear search (no tables)", few, (old, linear_old), (denied, linear_new)),
+        ]
+        rules = f"{len(old.acl_rules):,} / {len(old.ids_rules):,}"
+        for what, items, before_policy, after_policy in cases:
+            seconds, changed = timed(items, before_policy, after_policy)
+            per = seconds / len(items) * 1e6
+            table.append(
+                f"| {name} | {rules} | {what} | {len(items):,} | {changed:,} | {seconds:.2f} | "
+                f"{per:,.1f} |"
+            )
+    print("Holding open sessions to an applied policy (`python -m bench.bench_rematch`):\n")
+    print("\n".join(table))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
