@@ -27,14 +27,16 @@ translation, even if the new policy would translate it otherwise) and idle timeo
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from controller.hsm.compile import CompiledTables
 from controller.hsm.linear import Classification, LinearClassifier
 from controller.hsm.lookup import TableState, Walker
-from controller.hsm.rules import AclAction
+from controller.hsm.rules import AclAction, AclRule, IdsRule
 from controller.hsm.update import flip_entry
 from controller.policy import Policy, SpmSpec
 from controller.session_encoding import FlowKey
@@ -55,6 +57,8 @@ ACTIONS = {action.p4_action: action for action in AclAction}
 # verdicts (packets classified before the flip, digests on their way): their sessions are held
 # to the new policy before their entries are written.
 APPLY_SETTLE = 0.5
+# More changed rules than this: each session is classified rather than checked against them.
+DELTA_LIMIT = 256
 OUTCOMES = ("denied", "reclassified", "resteered", "inspected", "uninspected", "no_spm_blocked")
 
 
@@ -113,14 +117,23 @@ def rematch(
         and _chains(old_policy) == _chains(policy)
     ):
         return []
+    # A packet that no added, removed or moved rule matches keeps its first match (the rules it
+    # matches keep their order), so its verdict and class are the old ones.
+    delta = None if same_tables else changed_rules(old_policy, policy)
+    unchanged_rest = old_policy.acl_default == policy.acl_default and _chains(
+        old_policy
+    ) == _chains(policy)
     changes: list[Change] = []
     for session in sessions:
         if session.state == BLOCKED:
             continue
         src, dst, proto, sport, dport = session.key
         packet = Packet(src, dst, sport, dport, proto)
+        untouched = delta is not None and not any(rule.matches(packet) for rule in delta)
+        if untouched and unchanged_rest:
+            continue
         after = classify(packet)
-        before = after if same_tables else old_classify(packet)
+        before = after if same_tables or untouched else old_classify(packet)
         if (
             acl_verdict(policy, after) is AclAction.DENY
             and acl_verdict(old_policy, before) is not AclAction.DENY
@@ -138,6 +151,37 @@ def rematch(
         if change is not None:
             changes.append(change)
     return changes
+
+
+def changed_rules(old: Policy, new: Policy) -> list[AclRule | IdsRule] | None:
+    """The ACL and IDS rules of either policy outside the runs of rules both have in the same
+    order (rules compared without where they came from; an IDS rule's class counts), or None
+    when there are more than DELTA_LIMIT: then checking each session against them would cost
+    more than classifying it."""
+    out: list[AclRule | IdsRule] = []
+    pairs: tuple[tuple[Sequence[AclRule | IdsRule], Sequence[AclRule | IdsRule]], ...] = (
+        ([s.rule for s in old.acl_rules], [s.rule for s in new.acl_rules]),
+        (old.ids_rules, new.ids_rules),
+    )
+    for before, after in pairs:
+        if before == after:
+            continue
+        matcher = difflib.SequenceMatcher(
+            None, [_bare(r) for r in before], [_bare(r) for r in after], autojunk=False
+        )
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag != "equal":
+                out.extend(before[i1:i2])
+                out.extend(after[j1:j2])
+        if len(out) > DELTA_LIMIT:
+            return None
+    return out
+
+
+def _bare(rule: AclRule | IdsRule) -> AclRule | IdsRule:
+    if isinstance(rule, IdsRule):
+        return dataclasses.replace(rule, origin=None, rule_id=0)
+    return dataclasses.replace(rule, origin=None)
 
 
 def _chains(policy: Policy) -> dict[int, tuple[object, ...] | None]:

@@ -5,6 +5,7 @@ the decisions alone against first-match linear search."""
 from __future__ import annotations
 
 import datetime as dt
+import random
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from controller.session_encoding import FlowKey
 from controller.session_model import ACTIVE, BLOCKED, BYPASSED, Session
 from opengate import p4constants as pc
 from opengate.fields import Packet
-from tests.controller.conftest import ControllerFactory, wait_until
+from tests.controller.conftest import DATA, ControllerFactory, wait_until
 from tests.controller.flows import H1, H2, OUT1, SPM1_MAC, SPM2_MAC, key, request
 from tests.controller.test_runtime import apply
 from tests.controller.test_sessions import db_sessions, expected_entry, session_entries
@@ -308,3 +309,71 @@ def test_with_the_same_rules_only_the_default_verdict_and_the_chains_count(lab: 
     )
     assert changes(load_policy(lab)) == [(DNS[3], "uninspected")]
     assert len(calls) == len(sessions)  # once each
+
+
+def _acl_lines(rng: random.Random, count: int) -> list[str]:
+    """Random ACL rules over a few addresses and ports, so that they overlap often."""
+    lines = []
+    for number in range(count):
+        src = rng.choice(["inside", "10.0.1.10", "10.0.1.0/25", "10.0.0.0/8"])
+        dst = rng.choice(["outside", "198.51.100.20", "198.51.100.0/25", "0.0.0.0/0"])
+        proto = rng.choice(["tcp", "udp"])
+        port = rng.choice([25, 53, 80, "1000-2000"])
+        action = rng.choice(["permit", "deny"])
+        lines.append(
+            f"    - {{name: r{number}, src: {src}, dst: {dst}, proto: {proto}, dport: {port}, "
+            f"action: {action}}}"
+        )
+    return lines
+
+
+def _with_acl(lab: Path, lines: list[str], name: str) -> Policy:
+    text = (DATA / "lab.yaml").read_text()
+    start = text.index("    - {name: telnet-to-cpu")
+    end = text.index("\n\nids:")
+    path = lab.with_name(name)
+    path.write_text(text[:start] + "\n".join(lines) + text[end:])
+    return load_policy(path)
+
+
+def test_checking_sessions_against_the_changed_rules_decides_as_classifying_them(
+    lab: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random ACLs and random edits of them (rules added, removed, moved): holding sessions to
+    the edited ACL with the changed rules as a filter gives the same changes as classifying
+    every session under both (the brute force)."""
+    rng = random.Random(7)
+    for trial in range(40):
+        lines = _acl_lines(rng, 12)
+        edited = list(lines)
+        for _ in range(rng.randrange(1, 4)):
+            edit = rng.choice(["add", "remove", "move"])
+            if edit == "add":
+                edited.insert(rng.randrange(len(edited) + 1), _acl_lines(rng, 1)[0])
+            elif edit == "remove" and len(edited) > 1:
+                edited.pop(rng.randrange(len(edited)))
+            else:
+                edited.insert(rng.randrange(len(edited)), edited.pop(rng.randrange(len(edited))))
+        old = _with_acl(lab, lines, f"old{trial}.yaml")
+        new = _with_acl(lab, edited, f"new{trial}.yaml")
+        sessions = [
+            session(
+                key(
+                    rng.choice([H1, H2]),
+                    rng.choice([OUT1, "198.51.100.200", "203.0.113.5"]),
+                    rng.choice([pc.IP_PROTO_TCP, pc.IP_PROTO_UDP]),
+                    40000 + n,
+                    rng.choice([25, 53, 80, 1500, 7]),
+                ),
+                0,
+                (0, 0),
+            )
+            for n in range(30)
+        ]
+        live = {(3, SPM1_MAC), (4, SPM2_MAC)}
+        filtered = outcomes(old, new, sessions, live)
+        monkeypatch.setattr(rematch_module, "DELTA_LIMIT", -1)  # no filter: classify them all
+        brute = outcomes(old, new, sessions, live)
+        monkeypatch.undo()
+        assert filtered == brute, (trial, lines, edited)
+        assert rematch_module.changed_rules(old, new) is not None
