@@ -124,7 +124,12 @@ def main(argv: list[str] | None = None) -> int:
             ("rules (a deny added)", many, (old, before), (denied, after)),
             ("a class's chain", many, (old, before), (plain, before)),
             ("a timer", many, (old, before), (timer, before)),
-            ("rules (a deny added), no tables: linear search", few, (old, linear_old), (denied, linear_new)),
+            (
+                "rules (a deny added), no tables: linear search",
+                few,
+                (old, linear_old),
+                (denied, linear_new),
+            ),
         ]
         rules = f"{len(old.acl_rules):,} / {len(old.ids_rules):,}"
         for what, items, before_policy, after_policy in cases:
