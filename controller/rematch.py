@@ -104,25 +104,24 @@ def rematch(
     new: tuple[Policy, Classify],
     live_members: LiveMembers,
     choose: Choose,
+    changed: Callable[[Policy, Policy], list[AclRule | IdsRule] | None] | None = None,
 ) -> list[Change]:
     """The sessions that the new policy (with how it classifies) treats otherwise than the old
-    one did, and how (nothing is changed here)."""
+    one did, and how (nothing is changed here). `changed`: how the changed rules are found
+    (changed_rules by default)."""
     (old_policy, old_classify), (policy, classify) = old, new
-    # The same tables (one classifier for both): a packet classifies alike under both, so only
-    # the default verdict and the classes' chains can have changed; if they did not, nothing did.
-    same_tables = old_classify is classify
-    if (
-        same_tables
-        and old_policy.acl_default == policy.acl_default
-        and _chains(old_policy) == _chains(policy)
-    ):
-        return []
-    # A packet that no added, removed or moved rule matches keeps its first match (the rules it
-    # matches keep their order), so its verdict and class are the old ones.
-    delta = None if same_tables else changed_rules(old_policy, policy)
+    # Whether anything but the rules changed: the default verdict, the classes' chains.
     unchanged_rest = old_policy.acl_default == policy.acl_default and _chains(
         old_policy
     ) == _chains(policy)
+    # The same tables (one classifier for both): a packet classifies alike under both, so only
+    # the rest can have changed; if it did not, nothing did.
+    same_tables = old_classify is classify
+    if same_tables and unchanged_rest:
+        return []
+    # A packet that no added, removed or moved rule matches keeps its first match (the rules it
+    # matches keep their order), so its verdict and class are the old ones.
+    delta = None if same_tables else (changed or changed_rules)(old_policy, policy)
     changes: list[Change] = []
     for session in sessions:
         if session.state == BLOCKED:
@@ -158,6 +157,10 @@ def changed_rules(old: Policy, new: Policy) -> list[AclRule | IdsRule] | None:
     order (rules compared without where they came from; an IDS rule's class counts), or None
     when there are more than DELTA_LIMIT: then checking each session against them would cost
     more than classifying it."""
+    return _changed_rules(old, new)
+
+
+def _changed_rules(old: Policy, new: Policy) -> list[AclRule | IdsRule] | None:
     out: list[AclRule | IdsRule] = []
     pairs: tuple[tuple[Sequence[AclRule | IdsRule], Sequence[AclRule | IdsRule]], ...] = (
         ([s.rule for s in old.acl_rules], [s.rule for s in new.acl_rules]),
@@ -250,6 +253,8 @@ class PolicyHold:
         self.spms = spms
         self.counts = counts
         self._last: tuple[tuple[Policy, Classify], tuple[Policy, Classify], float] | None = None
+        # the last apply's changed rules, found once for all its holds
+        self._delta: tuple[Policy, Policy, list[AclRule | IdsRule] | None] | None = None
 
     def applied(
         self,
@@ -267,11 +272,16 @@ class PolicyHold:
         policy before the last apply (the NPM classified its packet before the flip)."""
         return self._last is not None and received_at <= self._last[2]
 
-    def again(self, sessions: Iterable[Session]) -> tuple[dict[str, int], list[Session]]:
+    def again(self, sessions: Sequence[Session]) -> tuple[dict[str, int], list[Session]]:
         """Hold new sessions to the last apply."""
-        if self._last is None:
+        if self._last is None or not sessions:
             return dict.fromkeys(OUTCOMES, 0), []
         return self._hold(sessions, self._last[0], self._last[1])
+
+    def _changed_rules(self, old: Policy, new: Policy) -> list[AclRule | IdsRule] | None:
+        if self._delta is None or self._delta[0] is not old or self._delta[1] is not new:
+            self._delta = (old, new, changed_rules(old, new))
+        return self._delta[2]
 
     def _hold(
         self,
@@ -284,7 +294,7 @@ class PolicyHold:
 
         outcome = dict.fromkeys(OUTCOMES, 0)
         changed: list[Session] = []
-        for change in rematch(sessions, old, new, live, self.spms.choose):
+        for change in rematch(sessions, old, new, live, self.spms.choose, self._changed_rules):
             session = change.session
             if change.block:
                 session.state = BLOCKED

@@ -130,7 +130,6 @@ class Controller:
         self.pending_policy_record = False
         self.previous_policy: tuple[str, str] | None = None  # (path, text), see _initial_policy
         self.started_at = time.time()
-        # flow as an SPM named it -> (the request: a bypass, or the SPM whose alert blocks it, time)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.spms: SpmPool | None = None
