@@ -42,6 +42,7 @@ from controller.policy import Policy, SpmSpec
 from controller.session_encoding import FlowKey
 from controller.session_model import BLOCKED, BYPASSED, Session
 from controller.spm_pool import SpmPool
+from opengate import p4constants as pc
 from opengate.entries import TableEntry
 from opengate.fields import Packet
 
@@ -111,9 +112,11 @@ def rematch(
     (changed_rules by default)."""
     (old_policy, old_classify), (policy, classify) = old, new
     # Whether anything but the rules changed: the default verdict, the classes' chains.
-    unchanged_rest = old_policy.acl_default == policy.acl_default and _chains(
-        old_policy
-    ) == _chains(policy)
+    same_default = old_policy.acl_default == policy.acl_default
+    default_denies = (
+        policy.acl_default is AclAction.DENY and old_policy.acl_default is not AclAction.DENY
+    )
+    unchanged_rest = same_default and _chains(old_policy) == _chains(policy)
     # The same tables (one classifier for both): a packet classifies alike under both, so only
     # the rest can have changed; if it did not, nothing did.
     same_tables = old_classify is classify
@@ -128,25 +131,36 @@ def rematch(
             continue
         src, dst, proto, sport, dport = session.key
         packet = Packet(src, dst, sport, dport, proto)
-        untouched = delta is not None and not any(rule.matches(packet) for rule in delta)
-        if untouched and unchanged_rest:
-            continue
-        after = classify(packet)
-        before = after if same_tables or untouched else old_classify(packet)
-        if (
-            acl_verdict(policy, after) is AclAction.DENY
-            and acl_verdict(old_policy, before) is not AclAction.DENY
-        ):
+        if same_tables:
+            # The tables its first packet met: its class is the one it has, and its verdict
+            # changes only with the default, for a packet that no rule matched (its rule is
+            # RULE_NONE; so is one of a session adopted from a switch: classified to know).
+            class_before = class_after = session.class_id
+            denied = False
+            if not same_default and session.acl_rule == pc.RULE_NONE:
+                denied = classify(packet).acl_rule < 0 and default_denies
+        else:
+            untouched = delta is not None and not any(rule.matches(packet) for rule in delta)
+            if untouched and unchanged_rest:
+                continue
+            after = classify(packet)
+            before = after if untouched else old_classify(packet)
+            denied = (
+                acl_verdict(policy, after) is AclAction.DENY
+                and acl_verdict(old_policy, before) is not AclAction.DENY
+            )
+            class_before, class_after = before.ids_class, after.ids_class
+        if denied:
             changes.append(Change(session, "denied", session.class_id, 0, 0, block=True))
             continue
         if session.state == BYPASSED:
             continue
-        if (before.ids_class, _chain(old_policy, before.ids_class)) == (
-            after.ids_class,
-            _chain(policy, after.ids_class),
+        if (class_before, _chain(old_policy, class_before)) == (
+            class_after,
+            _chain(policy, class_after),
         ):
             continue
-        change = _steering(session, policy, after.ids_class, live_members, choose)
+        change = _steering(session, policy, class_after, live_members, choose)
         if change is not None:
             changes.append(change)
     return changes

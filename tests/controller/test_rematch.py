@@ -4,6 +4,7 @@ the decisions alone against first-match linear search."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import random
 from pathlib import Path
@@ -282,11 +283,13 @@ def test_reports_that_may_predate_an_apply_are_held_to_it(
 
 
 def test_with_the_same_rules_only_the_default_verdict_and_the_chains_count(lab: Path) -> None:
-    """One classifier for both policies (their rules are the same): sessions are classified once,
-    and not at all when neither the default verdict nor any class's chain changed."""
+    """One classifier for both policies (their rules are the same): a session keeps the class
+    its first packet got, so a changed chain needs no classification; a changed default verdict
+    classifies only the sessions that no rule admitted (and those adopted from a switch, whose
+    rule is not known: RULE_NONE too)."""
     old = load_policy(lab)
     lab.write_text(lab.read_text().replace("closing_linger: 0.2", "closing_linger: 1"))
-    same = load_policy(lab)
+    timer = load_policy(lab)
     linear = classifier(old, None)
     calls: list[Packet] = []
 
@@ -294,21 +297,32 @@ def test_with_the_same_rules_only_the_default_verdict_and_the_chains_count(lab: 
         calls.append(packet)
         return linear(packet)
 
-    sessions = [session(DNS, 3, (3, SPM1_MAC)), session(WEB, 1, (4, SPM2_MAC))]
+    inbound = key(OUT1, H1, pc.IP_PROTO_TCP, 40000, 22)  # no rule matches: the default
+    sessions = [
+        session(DNS, 3, (3, SPM1_MAC)),
+        session(WEB, 1, (4, SPM2_MAC)),
+        dataclasses.replace(session(inbound, 0, (0, 0)), acl_rule=pc.RULE_NONE),
+    ]
 
-    def changes(new: Policy) -> list[tuple[int, str]]:
-        found = rematch(sessions, (old, counted), (new, counted), lambda _: set(), lambda *_: None)
+    def changes(before: Policy, after: Policy) -> list[tuple[int, str]]:
+        found = rematch(
+            sessions, (before, counted), (after, counted), lambda _: set(), lambda *_: None
+        )
         return [(c.session.id, c.outcome) for c in found]
 
-    assert changes(same) == [] and calls == []
+    assert changes(old, timer) == [] and calls == []
+    text = lab.read_text()
     lab.write_text(
-        lab.read_text().replace(
+        text.replace(
             "  - {id: 3, name: dns, chain: strict-ips, sids: [1000004]}",
             "  - {id: 3, name: dns, sids: [1000004]}",
         )
     )
-    assert changes(load_policy(lab)) == [(DNS[3], "uninspected")]
-    assert len(calls) == len(sessions)  # once each
+    assert changes(old, load_policy(lab)) == [(DNS[3], "uninspected")]
+    assert calls == []
+    lab.write_text(text.replace("  default: deny", "  default: permit"))
+    assert changes(load_policy(lab), old) == [(inbound[3], "denied")]
+    assert calls == [Packet(inbound[0], inbound[1], inbound[3], inbound[4], inbound[2])]
 
 
 def _acl_lines(rng: random.Random, count: int) -> list[str]:
