@@ -75,13 +75,24 @@ class Change:
     block: bool
 
 
+# The walks of the last compiled tables asked for (the dispatcher's thread alone asks).
+_walkers: list[tuple[CompiledTables, Classify]] = []
+
+
 def classifier(policy: Policy, compiled: CompiledTables | None) -> Classify:
     """How the new policy classifies an opening packet: a walk of the classification tables the
     NPMs hold for its rules (compiled by this apply, or by an earlier one with the same rules),
     or, where this controller has not compiled them (after a restart), first-match linear
     search over its rules, which the tables agree with (slower: every rule per session)."""
     if compiled is not None:
-        return tables_classifier(compiled.entries, compiled.version)
+        for seen, classify in _walkers:
+            if seen is compiled:
+                return classify
+        classify = tables_classifier(compiled.entries, compiled.version)
+        # A walk builds each table's index at its first lookup: the new tables' walk is the next
+        # apply's old one, so the last two are kept.
+        _walkers[:] = [*_walkers[-1:], (compiled, classify)]
+        return classify
     return LinearClassifier(
         [spec.rule for spec in policy.acl_rules], list(policy.ids_rules)
     ).classify
