@@ -6,6 +6,7 @@ the ClassBench sets whose cross products overflow fit with three partitions and 
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 
@@ -98,6 +99,9 @@ def host_rules(count: int, first: int = 0) -> list[AclRule]:
     ]
 
 
+PACKETS_CHECKED = 4000
+
+
 @pytest.mark.parametrize("name", ["fw1_1k", "ipc1_1k", "acl1_10k", "fw1_10k"])
 def test_classbench_sets_that_overflow_fit_with_three_partitions_and_a_small_spill(
     classbench_dir: Path, name: str
@@ -114,7 +118,11 @@ def test_classbench_sets_that_overflow_fit_with_three_partitions_and_a_small_spi
     assert stats.entries(schema.ACL_SPILL) <= schema.table_capacity(schema.ACL_SPILL) // 2
     for table in (*schema.HSM_TABLES, *schema.PARTITION_TABLES):
         assert stats.entries(table) <= schema.table_capacity(table) // 2, table
-    assert_same_as_linear(compiled.entries, acl, [], _packets(acl, [], 400))
+    # Packets inside the rules and at segment edges (fw1_10k has 36,841, which linear search
+    # over its 9,379 rules took ten minutes to check on a loaded machine): a seeded sample.
+    packets = _packets(acl, [], 400)
+    sample = random.Random(name).sample(packets, min(len(packets), PACKETS_CHECKED))
+    assert_same_as_linear(compiled.entries, acl, [], sample)
     print(
         f"{name}: {stats.acl2_terms} and {stats.acl3_terms} terms in the second and third "
         f"partitions, {stats.acl_spilled} of "
