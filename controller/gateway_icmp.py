@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from controller.policy import Policy
 from opengate import p4constants as pc
-from opengate.inet import internet_checksum
+from opengate.inet import internet_checksum, ipv4_packet
 
 ETHERTYPE_VLAN = 0x8100
 ICMP_TIME_EXCEEDED = 11
@@ -102,23 +102,6 @@ def received(frame: bytes) -> Received | None:
     return Received(frame[6:12], vlan, frame[ip : ip + min(total, len(frame) - ip)], ihl)
 
 
-def _ipv4(source: int, destination: int, payload: bytes, ident: int, tos: int) -> bytes:
-    header = struct.pack(
-        "!BBHHHBBHII",
-        0x45,
-        tos,
-        20 + len(payload),
-        ident & 0xFFFF,
-        0,
-        64,
-        pc.IP_PROTO_ICMP,
-        0,
-        source,
-        destination,
-    )
-    return header[:10] + struct.pack("!H", internet_checksum(header)) + header[12:] + payload
-
-
 def _frame(packet: Received, port_mac: int, ip_packet: bytes) -> bytes:
     return packet.sender_mac + port_mac.to_bytes(6, "big") + packet.vlan + b"\x08\x00" + ip_packet
 
@@ -143,7 +126,11 @@ def icmp_error(
     icmp = struct.pack("!BBHI", kind, code, 0, 0) + datagram[: MAX_ERROR - 20 - 8]
     icmp = icmp[:2] + struct.pack("!H", internet_checksum(icmp)) + icmp[4:]
     # DSCP CS6 (network control), as routers mark their own ICMP
-    return _frame(packet, port_mac, _ipv4(port_address, packet.source, icmp, ident, 0xC0))
+    return _frame(
+        packet,
+        port_mac,
+        ipv4_packet(port_address, packet.source, pc.IP_PROTO_ICMP, icmp, ident, 0xC0),
+    )
 
 
 def time_exceeded(frame: bytes, port_mac: int, port_address: int, ident: int) -> bytes | None:
@@ -162,7 +149,7 @@ def echo_reply(frame: bytes, port_mac: int, ident: int) -> bytes | None:
         return None
     icmp = b"\x00\x00\x00\x00" + datagram[24:]
     icmp = icmp[:2] + struct.pack("!H", internet_checksum(icmp)) + icmp[4:]
-    ip_packet = _ipv4(packet.destination, packet.source, icmp, ident, 0)
+    ip_packet = ipv4_packet(packet.destination, packet.source, pc.IP_PROTO_ICMP, icmp, ident)
     return _frame(packet, port_mac, ip_packet)
 
 

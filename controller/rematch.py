@@ -182,10 +182,6 @@ def changed_rules(old: Policy, new: Policy) -> list[AclRule | IdsRule] | None:
     order (rules compared without where they came from; an IDS rule's class counts), or None
     when there are more than DELTA_LIMIT: then checking each session against them would cost
     more than classifying it."""
-    return _changed_rules(old, new)
-
-
-def _changed_rules(old: Policy, new: Policy) -> list[AclRule | IdsRule] | None:
     out: list[AclRule | IdsRule] = []
     pairs: tuple[tuple[Sequence[AclRule | IdsRule], Sequence[AclRule | IdsRule]], ...] = (
         ([s.rule for s in old.acl_rules], [s.rule for s in new.acl_rules]),

@@ -14,7 +14,7 @@ from typing import Any
 
 from controller.session_encoding import FlowKey
 from opengate import p4constants as pc
-from opengate.inet import internet_checksum
+from opengate.inet import internet_checksum, ipv4_packet
 
 ACTIVE, CLOSING, BLOCKED, BYPASSED = "active", "closing", "blocked", "bypassed"
 FIN_ORIGINAL, FIN_REPLY = 1, 2
@@ -180,10 +180,8 @@ def flow_frame(key: FlowKey) -> bytes:
         l4 = struct.pack("!BBHHH", kind, 0, internet_checksum(bare), ident, 0)
     else:
         l4 = b""
-    header = struct.pack("!BBHHHBBHII", 0x45, 0, 20 + len(l4), 0, 0, 64, proto, 0, src, dst)
-    header = header[:10] + struct.pack("!H", internet_checksum(header)) + header[12:]
     ethernet = bytes(6) + bytes.fromhex("020000000000") + struct.pack("!H", pc.ETHERTYPE_IPV4)
-    return ethernet + header + l4
+    return ethernet + ipv4_packet(src, dst, proto, l4)
 
 
 def partner_key(key: FlowKey, params: Mapping[str, int] | None) -> tuple[FlowKey, bool]:

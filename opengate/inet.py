@@ -13,3 +13,24 @@ def internet_checksum(data: bytes) -> int:
     while total >> 16:
         total = (total & 0xFFFF) + (total >> 16)
     return ~total & 0xFFFF
+
+
+def ipv4_packet(
+    source: int, destination: int, proto: int, payload: bytes, ident: int = 0, tos: int = 0
+) -> bytes:
+    """An IPv4 packet without options around `payload`: TTL 64, not fragmented, its header
+    checksum set."""
+    header = struct.pack(
+        "!BBHHHBBHII",
+        0x45,
+        tos,
+        20 + len(payload),
+        ident & 0xFFFF,
+        0,
+        64,
+        proto,
+        0,
+        source,
+        destination,
+    )
+    return header[:10] + struct.pack("!H", internet_checksum(header)) + header[12:] + payload
