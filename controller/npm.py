@@ -140,6 +140,15 @@ class NpmConnection:
         data-plane sessions on TNA)."""
         return frozenset(self.schema.tables.by_name) | frozenset(self.schema.meters.by_name)
 
+    @property
+    def slots_retire_themselves(self) -> bool:
+        """Whether the program's data-plane slots end with their flow's exact entries and
+        report a long-lived flow again (v1model, p4src/include/control/session_setup.p4).
+        Tofino's (p4src/include/arch/tna_flow_slots.p4) do neither: the CPM ends a removed
+        session's slot with an end_flow frame, and writes entries for every flow (no entries
+        on demand)."""
+        return pc.R_FLOW_STATE in self.schema.registers
+
     def _resolve_ids(self) -> None:
         schema = self.schema
         self.session_table = schema.tables.get(pc.T_SESSION)

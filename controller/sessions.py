@@ -220,6 +220,10 @@ class SessionManager:
         now = dt.datetime.now(dt.UTC)
         clock = time.monotonic()
         on_demand = self.policy.sessions.data_plane_entries == "on_demand"
+        # (Tofino's slots do not report a flow again: there every flow gets its entries.)
+        reports_again = {
+            npm: connection.slots_retire_themselves for npm, connection in self.npms.items()
+        }
         for event, f in ((e, record) for e in events for record in e.records):
             key: FlowKey = (
                 f["ipv4_src"],
@@ -263,6 +267,7 @@ class SessionManager:
             self._index(session)
             if (
                 on_demand
+                and reports_again.get(event.npm, False)
                 and f.get("dp_session")
                 and nat_kind == pc.NAT_NONE
                 # (a flow the last apply changed gets entries: its slot has the old verdict)
@@ -611,12 +616,15 @@ class SessionManager:
                 ]
                 if deletes:
                     self._write(npm, deletes, f"remove sessions ({reason})", GONE)
-                if end_slots:
-                    # Nothing written for them: their slots are freed by a packet of each flow.
-                    for s in items:
-                        if s.slot_only:
-                            connection.packet_out(flow_frame(s.key), end_flow=True)
-                            self.stats.packet_outs += 1
+                # Slots are freed by a packet of each flow: those a slot alone carries, deleted
+                # on request; and on Tofino, whose slots outlive their flow's entries, every
+                # flow without NAT that a slot may hold (a frame for a flow without one changes
+                # nothing).
+                retire = connection.slots_retire_themselves
+                for s in items:
+                    if (end_slots and s.slot_only) or (not retire and s.nat_kind == pc.NAT_NONE):
+                        connection.packet_out(flow_frame(s.key), end_flow=True)
+                        self.stats.packet_outs += 1
             for session in items:
                 self._unindex(session)
             self.store.submit(self.db.delete_sessions, [s.id for s in items])

@@ -18,9 +18,12 @@ const DigestType_t DIGEST_SESSION_CLOSE   = 2;
 // header: egress builds the real one from it, field for field at the same bit positions, which
 // is what Tofino's PHV allocation needs (its padding is left as it is).
 struct tna_headers_t {
-    packet_in_h  bridged;
-    headers_t    og;
+    packet_in_h      bridged;
+    flow_resubmit_h  resubmit;   // an opening packet's second pass (arch/tna_flow_slots.p4)
+    headers_t        og;
 }
+
+const ResubmitType_t RESUBMIT_FLOW_CLAIM = 1;
 
 parser TnaIngressParser(packet_in pkt, out tna_headers_t hdr, out local_metadata_t meta,
                         out ingress_intrinsic_metadata_t ig_intr_md) {
@@ -30,7 +33,26 @@ parser TnaIngressParser(packet_in pkt, out tna_headers_t hdr, out local_metadata
     // port's role is looked up in stage 0.
     state start {
         pkt.extract(ig_intr_md);
+        transition select(ig_intr_md.resubmit_flag) {
+            1: resubmitted;
+            default: port_metadata;
+        }
+    }
+
+    // The second pass of an opening packet that claims a data-plane session slot.
+    state resubmitted {
+        pkt.extract(hdr.resubmit);
+        meta.flow_claim = hdr.resubmit.claim;
+        meta.flow_claim_way = hdr.resubmit.way;
+        transition ingress_port;
+    }
+
+    state port_metadata {
         pkt.advance(PORT_METADATA_SIZE);
+        transition ingress_port;
+    }
+
+    state ingress_port {
         transition select(ig_intr_md.ingress_port) {
             OG_TOFINO_CPU_PORT: from_cpu;
             default: from_wire;
@@ -64,10 +86,19 @@ control TnaIngress(inout tna_headers_t hdr, inout local_metadata_t meta,
         if (ig_prsr_md.parser_err != 0) {
             meta.parser_truncated = 1;
         }
+        // Data-plane time in units of 2^16 ns (arch/tna_flow_slots.p4).
+        meta.now = ig_prsr_md.global_tstamp[47:16];
         pipeline.apply(hdr.og, meta);
         // Each decision below reads only what the pipeline left, so they share one MAU stage.
         if (meta.drop_reason != DROP_NONE) {
             ig_dprsr_md.drop_ctl = 1;
+        } else if (meta.flow_resubmit == 1) {
+            // Claim the slot in a second pass; this one is not forwarded.
+            ig_dprsr_md.resubmit_type = RESUBMIT_FLOW_CLAIM;
+            hdr.resubmit.setValid();
+            hdr.resubmit.claim = 1;
+            hdr.resubmit.way = meta.flow_claim_way;
+            hdr.resubmit._pad = 0;
         }
         if (meta.egress_port == CPU_PORT) {
             ig_tm_md.ucast_egress_port = OG_TOFINO_CPU_PORT;
@@ -77,7 +108,8 @@ control TnaIngress(inout tna_headers_t hdr, inout local_metadata_t meta,
         // A session-opening packet misses the session table, a closing one hits it: never both.
         if (meta.send_session_close == 1) {
             ig_dprsr_md.digest_type = DIGEST_SESSION_CLOSE;
-        } else if (meta.drop_reason == DROP_NONE && meta.send_session_request == 1) {
+        } else if (meta.drop_reason == DROP_NONE && meta.send_session_request == 1
+                && meta.flow_resubmit == 0) {
             ig_dprsr_md.digest_type = DIGEST_SESSION_REQUEST;
         }
         hdr.bridged.setValid();
@@ -99,6 +131,7 @@ control TnaIngressDeparser(packet_out pkt, inout tna_headers_t hdr, in local_met
     Digest<session_request_t>(DIGEST_SESSION_REQUEST) session_request;
     @name(".session_close_t")
     Digest<session_close_t>(DIGEST_SESSION_CLOSE) session_close;
+    Resubmit(RESUBMIT_FLOW_CLAIM) resubmit;
 
     apply {
         hdr.og.ipv4.hdr_checksum = ipv4_checksum.update({
@@ -123,7 +156,8 @@ control TnaIngressDeparser(packet_out pkt, inout tna_headers_t hdr, in local_met
             session_request.pack({
                 meta.key_src, meta.key_dst, hdr.og.ipv4.protocol,
                 meta.key_sport, meta.key_dport, meta.ingress_port, meta.acl_rule,
-                meta.ids_class, meta.spm_port, meta.spm_mac
+                meta.ids_class, meta.spm_port, meta.spm_mac, meta.nat_addr, meta.nat_port,
+                meta.nat_kind, meta.dp_session
             });
         }
         if (ig_dprsr_md.digest_type == DIGEST_SESSION_CLOSE) {
@@ -131,6 +165,9 @@ control TnaIngressDeparser(packet_out pkt, inout tna_headers_t hdr, in local_met
                 meta.key_src, meta.key_dst, hdr.og.ipv4.protocol,
                 meta.key_sport, meta.key_dport, meta.tcp_flags
             });
+        }
+        if (ig_dprsr_md.resubmit_type == RESUBMIT_FLOW_CLAIM) {
+            resubmit.emit(hdr.resubmit);
         }
         pkt.emit(hdr.bridged);
         pkt.emit(hdr.og.ethernet);

@@ -19,7 +19,7 @@ header packet_in_h {
 header packet_out_h {
     port_id_t egress_port;
     bit<1>    submit_to_ingress;  // 1: run the packet through the pipeline as if it arrived
-#ifdef OG_DP_SESSIONS
+#if defined(OG_DP_SESSIONS) || defined(OG_FLOW_SLOTS)
     bit<1>    end_flow;           // 1 (with submit_to_ingress): free the slot of the packet's flow
     bit<5>    _pad;
 #else
@@ -138,7 +138,7 @@ struct session_request_t {
     class_id_t  ids_class;
     port_id_t   spm_port;
     mac_addr_t  spm_mac;
-#ifdef OG_DP_SESSIONS
+#if defined(OG_DP_SESSIONS) || defined(OG_FLOW_SLOTS)
     ipv4_addr_t nat_addr;            // the data plane's NAT binding of the flow: masqueraded
     l4_port_t   nat_port;            // as nat_addr:nat_port, or forwarded to it (0: no NAT)
     nat_kind_t  nat_kind;            // NAT_REWRITE_SRC or NAT_REWRITE_DST, of the first packet
@@ -303,6 +303,22 @@ struct local_metadata_t {
     ipv4_addr_t  dp_dnat_addr;       // the forward's target (dp_dnat) or public address (reply)
     l4_port_t    dp_dnat_port;       // ...and port
     bit<1>       dp_dnat_now;        // PortForward rewrote the destination before routing
+#ifdef OG_FLOW_SLOTS
+    // Data-plane sessions on Tofino (arch/tna_flow_slots.p4).
+    bit<32>      flow_fingerprint;   // the third hash of the flow's key
+    bit<32>      flow_expiry;        // now + the slot's lease
+    bit<32>      flow_way0;          // the flow's slot in way 0...
+    bit<32>      flow_way1;          // ...and in way 1
+    bit<2>       flow_way0_found;    // what each way's RegisterAction found (FLOW_WAY_*)
+    bit<2>       flow_way1_found;
+    bit<1>       flow_claim;         // pass 2 of an opening packet: claim...
+    bit<1>       flow_claim_way;     // ...in this way
+    bit<1>       flow_claim_mine;    // ...and the claim took the slot
+    bit<1>       flow_resubmit;      // pass 1 of an opening packet with a free way: resubmit
+    bit<1>       flow_collision;     // an opening packet whose ways were both taken
+    bit<16>      flow_slot_class;    // what pass 2 writes into the slot
+    bit<32>      flow_slot_spm;
+#endif
 
     // Classification (HSM / IPP).
     bit<1>        classifier_version;

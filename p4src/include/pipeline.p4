@@ -12,6 +12,9 @@
 #include "control/nat.p4"
 #include "control/routing.p4"
 #include "control/classify.p4"
+#ifdef OG_FLOW_SLOTS
+#include "arch/tna_flow_slots.p4"
+#endif
 #include "control/session_setup.p4"
 #include "control/steering.p4"
 #include "control/metering.p4"
@@ -33,6 +36,10 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
     NatPolicy() nat_policy;
     Classify() classify;
     SessionSetup() session_setup;
+#ifdef OG_FLOW_SLOTS
+    FlowSlotWays() flow_slot_ways;
+    FlowSlotVerdict() flow_slot_verdict;
+#endif
     Steering() steering;
     Forwarding() forwarding;
     Metering() metering;
@@ -80,6 +87,10 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
                     // Without an exact entry, a reply to a flow the data plane masqueraded is found
                     // by its port and translated back before routing (like nat_before_spm).
                     nat_reverse.apply(hdr, meta);
+#ifdef OG_FLOW_SLOTS
+                    // Tofino's slots: looked up (or claimed, or ended) beside the session table.
+                    flow_slot_ways.apply(hdr, meta);
+#endif
                     if (meta.session_hit == 0 && meta.returned_nat_done == 0) {
                         port_forward.apply(hdr, meta);
                     }
@@ -117,6 +128,9 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
                                 nat_policy.apply(hdr, meta);
                             }
                             session_setup.apply(hdr, meta);
+#ifdef OG_FLOW_SLOTS
+                            flow_slot_verdict.apply(hdr, meta);
+#endif
 #ifdef OG_DP_SESSIONS
                             // A rewrite that does not change the route, last: a masquerade or
                             // a forward's reply the data plane carries, or a forward undone for

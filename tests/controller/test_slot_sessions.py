@@ -9,9 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
 from controller import events as ev
 from controller.api import ApiServer
+from controller.npm import NpmConnection
 from controller.runtime import Controller
 from controller.session_model import flow_frame, parse_flow
 from controller.sessions import SLOT_GRACE_SECONDS
@@ -185,3 +187,38 @@ def test_deleting_a_slot_only_session_ends_its_flow_in_the_npm(
     assert parse_flow(payload) == FLOW
     assert len(switch.writes) == writes, "no entry to delete"
     assert db_sessions(controller) == []
+
+
+def test_where_slots_outlive_their_entries_every_flow_gets_entries_and_an_end_frame(
+    switch: SwitchDouble,
+    make_controller: ControllerFactory,
+    lab: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tofino's slots (p4src/include/arch/tna_flow_slots.p4) neither report a long-lived flow
+    again nor end with their flow's entries. Against such a program (its P4Info has no
+    `flow_state` register), on_demand cannot leave a flow to its slot: the CPM installs the
+    entries; and removing a routed session sends its end_flow frame besides the DELETEs."""
+    monkeypatch.setattr(NpmConnection, "slots_retire_themselves", property(lambda _self: False))
+    controller = make_controller(switch, policy=on_demand(lab))
+    assert switch.inject_digest(pc.D_SESSION_REQUEST_T, [{**request(FLOW), "dp_session": 1}])
+    wait_until("both entries", lambda: len(session_entries(switch)) == 2)
+    (row,) = wait_until("the session in the DB", lambda: db_sessions(controller))
+    assert stats(controller)["slot_only"] == 0
+    while switch.packet_out(0.01) is not None:
+        pass
+    (result,) = controller.bus.publish(ev.SessionDeleteRequested(row["id"], "test")).result(5)
+    assert result == {"deleted": row["id"]}
+    payload, meta = wait_until("the packet-out", lambda: switch.packet_out(0.05))
+    assert meta == {"egress_port": 0, "submit_to_ingress": 1, "end_flow": 1, "_pad": 0}
+    assert parse_flow(payload) == FLOW
+    wait_until("no entries", lambda: session_entries(switch) == [])
+    assert db_sessions(controller) == []
+    assert switch.packet_out(0.05) is None, "one frame per flow"
+
+
+def test_the_v1model_slots_retire_themselves(
+    switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
+) -> None:
+    controller = make_controller(switch, policy=lab)
+    assert controller.npms["npm1"].slots_retire_themselves

@@ -43,11 +43,13 @@
 // plane, which P4Runtime exposes as IdleTimeoutNotification, like v1model's support_timeout).
 #define OG_SESSION_IDLE_TIMEOUT idle_timeout = true
 
-// Data-plane sessions (SessionSetup) read a slot's registers and write them later in the same
-// pass, each register more than once; Tofino's RegisterActions make one read-modify-write per
-// register per packet, so the v1model code cannot serve: not on Tofino yet, and the controller
-// makes every session there (README "Running on Tofino").
+// Data-plane sessions: the v1model slots (SessionSetup) read a slot's registers and write them
+// later in the same pass, each register more than once; Tofino's RegisterActions make one
+// read-modify-write per register per packet. Tofino has its own (OG_FLOW_SLOTS,
+// arch/tna_flow_slots.p4: fingerprints in two ways, the claim in a resubmitted pass), for flows
+// without NAT; the controller sets up the NAT flows (README "Running on Tofino").
 #undef OG_DP_SESSIONS
+#define OG_FLOW_SLOTS
 #define OG_REGISTER(type, name, size) Register<type, bit<32>>((bit<32>)(size)) name
 // ICMP errors related to a session need the slots above; on Tofino they meet the ACL alone.
 #undef OG_ICMP_RELATED

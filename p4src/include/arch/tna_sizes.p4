@@ -36,6 +36,15 @@
 #define ARP_TABLE_SIZE            256
 #define PORT_COUNTER_SIZE         512
 #define FLOW_SLOTS                65536
+// Data-plane sessions (arch/tna_flow_slots.p4): two ways of FLOW_WAY_SLOTS slots each.
+#if __TARGET_TOFINO__ == 2
+#define FLOW_WAY_SLOTS            65536
+#define FLOW_WAY_BITS             16
+#else
+#define FLOW_WAY_SLOTS            32768
+#define FLOW_WAY_BITS             15
+#endif
+#define NEW_FLOW_METERS           4096
 #define FLOW_AGEING_TABLE_SIZE    256
 #define CPU_SOURCE_METERS         4096
 

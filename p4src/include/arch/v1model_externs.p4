@@ -20,6 +20,8 @@
 // Sessions made by the data plane (SessionSetup): register arrays, read and written in one pass.
 #define OG_DP_SESSIONS
 #define OG_REGISTER(type, name, size) register<type>((bit<32>)(size)) name
+// Tofino's own data-plane sessions (arch/tna_flow_slots.p4): not on v1model, which has the above.
+#undef OG_FLOW_SLOTS
 
 // ICMP errors related to a session (RFC 5508): the parser reads the packet an error quotes, the
 // session lookups use the key of the flow it belongs to (meta.flow_*), NAT rewrites the quoted

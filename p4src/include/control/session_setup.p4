@@ -203,11 +203,13 @@ control NatReverse(inout headers_t hdr, inout local_metadata_t meta) {
 }
 
 control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
-#ifdef OG_DP_SESSIONS
+#if defined(OG_DP_SESSIONS) || defined(OG_FLOW_SLOTS)
     // New flows per source (the low bits of its address), in packets: one host's flood of new
     // flows cannot take the slots, the digests and the CPU that other hosts' new flows need.
     @name(".new_flow_meter")
     OG_PACKET_METER(new_flow_meter, NEW_FLOW_METERS);
+#endif
+#ifdef OG_DP_SESSIONS
 
     // The targets of the port forwards the data plane carries -> their public end.
     @name(".forwarded_reply")
@@ -270,6 +272,24 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
 #endif
 
     apply {
+#ifdef OG_FLOW_SLOTS
+        // Tofino's slots (arch/tna_flow_slots.p4): FlowSlotWays has looked the flow up, or
+        // claimed its slot, or ended it.
+        if (hdr.packet_out.isValid() && hdr.packet_out.end_flow == 1) {
+            meta.drop_setup = DROP_CPU_CONTROL;
+            return;
+        }
+        bool flow_mine = meta.flow_way0_found == FLOW_WAY_MINE
+            || meta.flow_way1_found == FLOW_WAY_MINE;
+        if (meta.flow_claim == 1) {
+            if (flow_mine) {
+                meta.flow_claim_mine = 1;
+            }
+        } else if (flow_mine && meta.session_hit == 0) {
+            // Admitted by its slot; FlowSlotVerdict reads the flow's class and SPM.
+            meta.flow_hit = 1;
+        }
+#endif
 #ifdef OG_DP_SESSIONS
         if (hdr.packet_out.isValid() && hdr.packet_out.end_flow == 1) {
             // The CPM ends a routed flow that its slot alone carries (a session recorded
@@ -616,6 +636,34 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                 }
             } else {
                 meta.send_session_request = 1;
+            }
+#elif defined(OG_FLOW_SLOTS)
+            // Tofino: a flow without NAT that has a free way claims it in a second pass.
+            meter_color_t color = METER_GREEN;
+            if (meta.flow_claim == 0) {
+                OG_METER_EXECUTE(new_flow_meter, hdr.ipv4.src_addr[11:0], color);
+            }
+            bool way0_free = meta.flow_way0_found == FLOW_WAY_FREE;
+            bool way1_free = meta.flow_way1_found == FLOW_WAY_FREE;
+            if (OG_METER_IS_RED(color)) {
+                meta.drop_setup = DROP_NEW_FLOW_RATE;
+            } else if (nat) {
+                meta.to_cpu = 1;
+                meta.cpu_reason = CPU_REASON_SESSION_NAT;
+            } else if (meta.flow_claim == 0 && (way0_free || way1_free)
+                    && meta.drop_session == 0 && meta.drop_fwd == 0) {
+                meta.flow_resubmit = 1;
+                if (way0_free) {
+                    meta.flow_claim_way = 0;
+                } else {
+                    meta.flow_claim_way = 1;
+                }
+            } else {
+                meta.send_session_request = 1;
+                if (meta.flow_way0_found == FLOW_WAY_TAKEN
+                        && meta.flow_way1_found == FLOW_WAY_TAKEN) {
+                    meta.flow_collision = 1;
+                }
             }
 #else
             if (nat) {

@@ -1,0 +1,325 @@
+// Sessions made by the data plane on Tofino (TNA / T2NA, where tna_externs.p4 defines
+// OG_FLOW_SLOTS): the flows that need no NAT. The v1model slots (control/session_setup.p4) read a
+// slot's registers and write them later in the same pass, which a Tofino RegisterAction (one
+// read-modify-write of one register per packet) cannot do, and the claim of a free slot depends on
+// the ACL verdict and the SPM choice, known only at the end of the classification chain. So here:
+//
+// - Each flow has a slot in each of two ways (FLOW_WAY_SLOTS each), from two hashes of its
+//   direction-agnostic key (the XORs and the sums of its addresses and of its ports, as on
+//   v1model), the same for both directions. A way's slot holds a 32-bit fingerprint of the key (a
+//   third hash) and the slot's expiry time: not the whole 5-tuple, which would take three more
+//   registers in later stages. Two live flows with one slot and one fingerprint (one lookup in
+//   2^32 of a full slot) share a verdict until the CPM installs their exact entries, which are
+//   looked up first and win.
+// - Pass 1, every packet (FlowSlotWays, beside the session table): the slot of the packet's flow
+//   in each way is looked up by one RegisterAction, which refreshes its expiry when the
+//   fingerprint matches and the slot is alive, and says mine, taken (another live flow) or free.
+//   A hit that no exact entry carries reads the flow's class and SPM (FlowSlotVerdict, late in
+//   the pipeline, where the classification is known) and is admitted like a session hit.
+// - A permitted opening packet that found no slot of its own is resubmitted (TNA's resubmit, a
+//   second pass through ingress with the way to claim in its metadata) instead of forwarded. In
+//   pass 2 the way's RegisterAction claims the slot if it is still free, and FlowSlotVerdict
+//   writes the class and SPM the packet got in this pass. The packet is then forwarded with its
+//   digest (dp_session 1; 0 if the slot was taken in between: the CPM path, counted). Opening
+//   packets cost two passes, nothing else does. Both ways taken: no resubmit, the CPM path.
+// - Time: meta.now counts units of 2^16 ns (the 48-bit global timestamp's bits 47:16, so it
+//   wraps with the timestamp, every 78 hours, modulo 2^32). A slot is alive while its expiry is
+//   at most FLOW_LEASE_MAX units ahead of now (an unsigned difference, so the wrap does no harm);
+//   the CPM's lifetimes (flow_ageing, in ticks of about a millisecond: FLOW_TICK_US on v1model)
+//   are scaled by 16 here (units of 1.048576 ms, 2.4 % longer than v1model's ticks) and capped
+//   at FLOW_LEASE_MAX.
+// - Ending: the CPM's end_flow frame (packet_out.end_flow) expires the flow's slot in either way
+//   if the fingerprint is the flow's. A session whose exact entries are deleted keeps its slot
+//   until it ages out (the v1model slots are retired by the next packet instead).
+// - State is per pipe: both directions of a flow must enter the same pipe.
+#ifndef OPENGATE_ARCH_TNA_FLOW_SLOTS_P4
+#define OPENGATE_ARCH_TNA_FLOW_SLOTS_P4
+
+struct flow_way_t {
+    bit<32> fingerprint;
+    bit<32> expiry;
+}
+
+// What a way's RegisterAction found.
+const bit<2> FLOW_WAY_FREE  = 0;  // no live flow: claimable
+const bit<2> FLOW_WAY_MINE  = 1;  // the packet's flow, alive (refreshed); or claimed in pass 2
+const bit<2> FLOW_WAY_TAKEN = 2;  // another live flow (or, in pass 2, claimed in between)
+const bit<2> FLOW_WAY_NONE  = 3;  // not looked up (not a flow a slot holds, or not this way)
+
+// The longest a slot lives without a packet: 2^28 units of 2^16 ns (4.9 hours).
+const bit<32> FLOW_LEASE_MAX = 0x10000000;
+
+// The resubmitted opening packet's metadata (TNA: PORT_METADATA_SIZE bits, in place of the port
+// metadata, which a resubmitted packet does not have).
+header flow_resubmit_h {
+    bit<1> claim;   // always 1: this pass claims a slot
+    bit<1> way;     // ...in this way
+#if __TARGET_TOFINO__ == 2
+    bit<190> _pad;
+#else
+    bit<62> _pad;
+#endif
+}
+
+// Pass 1 lookup, pass 2 claim, or the CPM's end of a flow, in both ways, beside the session table.
+control FlowSlotWays(inout headers_t hdr, inout local_metadata_t meta) {
+    Hash<bit<FLOW_WAY_BITS>>(HashAlgorithm_t.CRC32) way0_hash;
+    Hash<bit<FLOW_WAY_BITS>>(HashAlgorithm_t.CRC32) way1_hash;
+    Hash<bit<32>>(HashAlgorithm_t.CRC32) fingerprint_hash;
+
+    @name(".flow_way0")
+    Register<flow_way_t, bit<32>>(FLOW_WAY_SLOTS) flow_way0;
+    @name(".flow_way1")
+    Register<flow_way_t, bit<32>>(FLOW_WAY_SLOTS) flow_way1;
+
+    // Alive: the expiry at most FLOW_LEASE_MAX ahead of now. Mine: alive with this flow's
+    // fingerprint, and refreshed.
+    RegisterAction<flow_way_t, bit<32>, bit<2>>(flow_way0) way0_lookup = {
+        void apply(inout flow_way_t slot, out bit<2> found) {
+            if (slot.expiry - meta.now <= FLOW_LEASE_MAX) {
+                if (slot.fingerprint == meta.flow_fingerprint) {
+                    slot.expiry = meta.flow_expiry;
+                    found = FLOW_WAY_MINE;
+                } else {
+                    found = FLOW_WAY_TAKEN;
+                }
+            } else {
+                found = FLOW_WAY_FREE;
+            }
+        }
+    };
+    RegisterAction<flow_way_t, bit<32>, bit<2>>(flow_way1) way1_lookup = {
+        void apply(inout flow_way_t slot, out bit<2> found) {
+            if (slot.expiry - meta.now <= FLOW_LEASE_MAX) {
+                if (slot.fingerprint == meta.flow_fingerprint) {
+                    slot.expiry = meta.flow_expiry;
+                    found = FLOW_WAY_MINE;
+                } else {
+                    found = FLOW_WAY_TAKEN;
+                }
+            } else {
+                found = FLOW_WAY_FREE;
+            }
+        }
+    };
+    // Pass 2: take the slot if no live flow holds it.
+    RegisterAction<flow_way_t, bit<32>, bit<2>>(flow_way0) way0_claim = {
+        void apply(inout flow_way_t slot, out bit<2> found) {
+            if (slot.expiry - meta.now > FLOW_LEASE_MAX) {
+                slot.fingerprint = meta.flow_fingerprint;
+                slot.expiry = meta.flow_expiry;
+                found = FLOW_WAY_MINE;
+            } else {
+                found = FLOW_WAY_TAKEN;
+            }
+        }
+    };
+    RegisterAction<flow_way_t, bit<32>, bit<2>>(flow_way1) way1_claim = {
+        void apply(inout flow_way_t slot, out bit<2> found) {
+            if (slot.expiry - meta.now > FLOW_LEASE_MAX) {
+                slot.fingerprint = meta.flow_fingerprint;
+                slot.expiry = meta.flow_expiry;
+                found = FLOW_WAY_MINE;
+            } else {
+                found = FLOW_WAY_TAKEN;
+            }
+        }
+    };
+    // The CPM ends the flow: its slot expires (flow_expiry is now - 1 for an end_flow frame).
+    RegisterAction<flow_way_t, bit<32>, bit<2>>(flow_way0) way0_end = {
+        void apply(inout flow_way_t slot, out bit<2> found) {
+            if (slot.fingerprint == meta.flow_fingerprint) {
+                slot.expiry = meta.flow_expiry;
+                found = FLOW_WAY_MINE;
+            } else {
+                found = FLOW_WAY_TAKEN;
+            }
+        }
+    };
+    RegisterAction<flow_way_t, bit<32>, bit<2>>(flow_way1) way1_end = {
+        void apply(inout flow_way_t slot, out bit<2> found) {
+            if (slot.fingerprint == meta.flow_fingerprint) {
+                slot.expiry = meta.flow_expiry;
+                found = FLOW_WAY_MINE;
+            } else {
+                found = FLOW_WAY_TAKEN;
+            }
+        }
+    };
+
+    @name(".set_flow_timeout")
+    action set_flow_timeout(flow_ticks_t idle, flow_ticks_t closing, flow_ticks_t report) {
+        meta.flow_idle_ticks = idle;
+        meta.flow_closing_ticks = closing;
+        meta.flow_report_ticks = report;
+    }
+
+    // Per IP protocol: how long a slot lives without packets, and after a FIN or RST (the report
+    // interval is v1model's: a slot here is reported once, by its opening packet).
+    @name(".flow_ageing")
+    table flow_ageing {
+        key = {
+            FLOW_PROTO : exact @name("ip_proto");
+        }
+        actions = { set_flow_timeout; }
+        default_action = set_flow_timeout(FLOW_DEFAULT_IDLE_TICKS, FLOW_DEFAULT_CLOSING_TICKS,
+                                          FLOW_DEFAULT_REPORT_TICKS);
+        size = FLOW_AGEING_TABLE_SIZE;
+    }
+
+    apply {
+        meta.flow_way0_found = FLOW_WAY_NONE;
+        meta.flow_way1_found = FLOW_WAY_NONE;
+        bool end_flow = hdr.packet_out.isValid() && hdr.packet_out.end_flow == 1;
+        bool l4 = hdr.tcp.isValid() || hdr.udp.isValid()
+            || (hdr.icmp.isValid() && (hdr.icmp.icmp_type == ICMP_ECHO_REQUEST
+                                       || hdr.icmp.icmp_type == ICMP_ECHO_REPLY));
+        // The controller's NAT sessions are keyed by rewritten headers in one direction: the
+        // slots hold only flows without NAT, so every packet of theirs looks up as it arrived.
+        if (!l4 || meta.returned == 1 || !og_admitted(meta)
+                || (meta.port_role == ROLE_CPU && !end_flow)) {
+            return;
+        }
+        flow_ageing.apply();
+        bit<32> addr_mix = meta.flow_addr_mix;
+        bit<32> addr_sum = FLOW_SRC + FLOW_DST;
+        l4_port_t port_mix = meta.flow_port_mix;
+        l4_port_t port_sum = FLOW_SPORT + FLOW_DPORT;
+        bit<32> way0 = (bit<32>)way0_hash.get({ addr_mix, addr_sum, FLOW_PROTO, port_mix, port_sum });
+        bit<32> way1 = (bit<32>)way1_hash.get({ port_sum, port_mix, FLOW_PROTO, addr_sum, addr_mix });
+        meta.flow_fingerprint = fingerprint_hash.get({ FLOW_PROTO, port_sum, addr_sum, port_mix,
+                                                       addr_mix });
+        meta.flow_way0 = way0;
+        meta.flow_way1 = way1;
+        // The lease: the protocol's idle time (or its linger after a FIN or RST), scaled to
+        // units of 2^16 ns and capped; an end_flow frame's is "already over".
+        flow_ticks_t ticks = meta.flow_idle_ticks;
+        if (hdr.tcp.isValid() && (hdr.tcp.flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) != 0) {
+            ticks = meta.flow_closing_ticks;
+        }
+        bit<32> lease = FLOW_LEASE_MAX;
+        if (ticks[31:24] == 0) {
+            lease = ticks[27:0] ++ 4w0;
+        }
+        if (end_flow) {
+            lease = 0xffffffff;
+        }
+        meta.flow_expiry = meta.now + lease;
+        if (end_flow) {
+            meta.flow_way0_found = way0_end.execute(way0);
+            meta.flow_way1_found = way1_end.execute(way1);
+        } else if (meta.flow_claim == 1) {
+            if (meta.flow_claim_way == 0) {
+                meta.flow_way0_found = way0_claim.execute(way0);
+            } else {
+                meta.flow_way1_found = way1_claim.execute(way1);
+            }
+        } else {
+            meta.flow_way0_found = way0_lookup.execute(way0);
+            meta.flow_way1_found = way1_lookup.execute(way1);
+        }
+    }
+}
+
+// Late, where the packet's classification and SPM choice are known: the class and SPM of the
+// flow a slot holds, read for a hit that no exact entry carries, written by the pass that claimed
+// the slot. Indexed by the way (top bit) and the slot.
+control FlowSlotVerdict(inout headers_t hdr, inout local_metadata_t meta) {
+    // 1 (admitted) ++ 7 bits ++ the IDS class: admitted 0 marks a slot claimed by a packet
+    // that its second pass no longer permitted (a policy applied between the passes).
+    @name(".flow_slot_class")
+    Register<bit<16>, bit<32>>(2 * FLOW_WAY_SLOTS) flow_slot_class;
+    // The SPM's port (9 bits, 0: none) ++ 7 bits ++ its MAC's high 16 bits; and its low 32.
+    @name(".flow_slot_spm")
+    Register<bit<32>, bit<32>>(2 * FLOW_WAY_SLOTS) flow_slot_spm;
+    @name(".flow_slot_spm_mac")
+    Register<bit<32>, bit<32>>(2 * FLOW_WAY_SLOTS) flow_slot_spm_mac;
+    @name(".flow_event_counter")
+    OG_COUNTER(flow_event_counter, FLOW_EVENT_COUNT);
+
+    RegisterAction<bit<16>, bit<32>, bit<16>>(flow_slot_class) read_class = {
+        void apply(inout bit<16> value, out bit<16> read) {
+            read = value;
+        }
+    };
+    RegisterAction<bit<16>, bit<32>, bit<16>>(flow_slot_class) write_class = {
+        void apply(inout bit<16> value) {
+            value = meta.flow_slot_class;
+        }
+    };
+    RegisterAction<bit<32>, bit<32>, bit<32>>(flow_slot_spm) read_spm = {
+        void apply(inout bit<32> value, out bit<32> read) {
+            read = value;
+        }
+    };
+    RegisterAction<bit<32>, bit<32>, bit<32>>(flow_slot_spm) write_spm = {
+        void apply(inout bit<32> value) {
+            value = meta.flow_slot_spm;
+        }
+    };
+    RegisterAction<bit<32>, bit<32>, bit<32>>(flow_slot_spm_mac) read_spm_mac = {
+        void apply(inout bit<32> value, out bit<32> read) {
+            read = value;
+        }
+    };
+    RegisterAction<bit<32>, bit<32>, bit<32>>(flow_slot_spm_mac) write_spm_mac = {
+        void apply(inout bit<32> value) {
+            value = meta.spm_mac[31:0];
+        }
+    };
+
+    apply {
+        if (hdr.packet_out.isValid() && hdr.packet_out.end_flow == 1) {
+            // (SessionSetup used the frame up.)
+            if (meta.flow_way0_found == FLOW_WAY_MINE || meta.flow_way1_found == FLOW_WAY_MINE) {
+                OG_COUNT(flow_event_counter, FLOW_EVENT_ENDED);
+            }
+            return;
+        }
+        bool on0 = meta.flow_way0_found == FLOW_WAY_MINE;
+        bit<32> index = meta.flow_way0;
+        if (!on0) {
+            index = meta.flow_way1 | FLOW_WAY_SLOTS;
+        }
+        if (meta.flow_claim == 1 && meta.flow_claim_mine == 1) {
+            // Pass 2 took the slot: the flow's class and SPM as this pass found them, admitted
+            // if this pass still permits the packet (SessionSetup reported it).
+            meta.flow_slot_class = (bit<16>)meta.ids_class;
+            if (meta.send_session_request == 1) {
+                meta.flow_slot_class = 16w0x8000 | (bit<16>)meta.ids_class;
+                meta.dp_session = 1;
+                OG_COUNT(flow_event_counter, FLOW_EVENT_CREATED);
+            }
+            meta.flow_slot_spm = (bit<7>)0 ++ meta.spm_port ++ meta.spm_mac[47:32];
+            write_class.execute(index);
+            write_spm.execute(index);
+            write_spm_mac.execute(index);
+        } else if (meta.flow_claim == 1 || meta.flow_collision == 1) {
+            // The slot was taken between the passes, or both ways were: the CPM path.
+            OG_COUNT(flow_event_counter, FLOW_EVENT_COLLISION);
+        } else if (meta.flow_hit == 1) {
+            // A later packet of a flow the data plane made, which no exact entry carries
+            // (SessionSetup let it through as a hit).
+            bit<16> class = read_class.execute(index);
+            bit<32> spm = read_spm.execute(index);
+            bit<32> spm_mac = read_spm_mac.execute(index);
+            meta.session_class = (class_id_t)class[7:0];
+            meta.meter_class = (class_id_t)class[7:0];
+            meta.spm_port = (port_id_t)spm[24:16];
+            meta.spm_mac = spm[15:0] ++ spm_mac;
+            // Steering's "no SPM up" was about a new flow; this one keeps its SPM.
+            meta.drop_session = DROP_NONE;
+            if (class[15:15] == 0) {
+                // Claimed by a packet that its second pass did not permit: no session.
+                meta.drop_setup = DROP_NO_SESSION;
+            } else if (meta.spm_port == 0) {
+                og_set_forwarding_drop(hdr, meta)
+            } else {
+                meta.drop_fwd = DROP_NONE;
+            }
+            OG_COUNT(flow_event_counter, FLOW_EVENT_HIT);
+        }
+    }
+}
+
+#endif
