@@ -86,8 +86,8 @@ control TnaIngress(inout tna_headers_t hdr, inout local_metadata_t meta,
         if (ig_prsr_md.parser_err != 0) {
             meta.parser_truncated = 1;
         }
-        // Data-plane time in units of 2^16 ns (arch/tna_flow_slots.p4).
-        meta.now = ig_prsr_md.global_tstamp[47:16];
+        // Data-plane time in ticks of 2^20 ns (arch/tna_flow_slots.p4).
+        meta.now = (flow_ticks_t)ig_prsr_md.global_tstamp[47:20];
         pipeline.apply(hdr.og, meta);
         // Each decision below reads only what the pipeline left, so they share one MAU stage.
         if (meta.drop_reason != DROP_NONE) {

@@ -22,12 +22,12 @@
 //   writes the class and SPM the packet got in this pass. The packet is then forwarded with its
 //   digest (dp_session 1; 0 if the slot was taken in between: the CPM path, counted). Opening
 //   packets cost two passes, nothing else does. Both ways taken: no resubmit, the CPM path.
-// - Time: meta.now counts units of 2^16 ns (the 48-bit global timestamp's bits 47:16, so it
-//   wraps with the timestamp, every 78 hours, modulo 2^32). A slot is alive while its expiry is
-//   at most FLOW_LEASE_MAX units ahead of now (an unsigned difference, so the wrap does no harm);
-//   the CPM's lifetimes (flow_ageing, in ticks of about a millisecond: FLOW_TICK_US on v1model)
-//   are scaled by 16 here (units of 1.048576 ms, 2.4 % longer than v1model's ticks) and capped
-//   at FLOW_LEASE_MAX.
+// - Time: meta.now counts ticks of 2^20 ns (the 48-bit global timestamp's bits 47:20, 28 bits:
+//   1.048576 ms, 2.4 % longer than v1model's 1.024 ms FLOW_TICK_US, so the CPM's lifetimes in
+//   flow_ageing serve both). A slot is alive while its expiry is at most FLOW_LEASE_MAX ticks
+//   ahead of now (an unsigned difference). When the timestamp wraps (every 78 hours) every slot
+//   looks free at once: a live flow's slot may be claimed by a new flow, and the live flow is
+//   carried by its exact entries from then on (the CPM installs entries for every flow here).
 // - Ending: the CPM's end_flow frame (packet_out.end_flow) expires the flow's slot in either way
 //   if the fingerprint is the flow's. A session whose exact entries are deleted keeps its slot
 //   until it ages out (the v1model slots are retired by the next packet instead).
@@ -46,8 +46,9 @@ const bit<2> FLOW_WAY_MINE  = 1;  // the packet's flow, alive (refreshed); or cl
 const bit<2> FLOW_WAY_TAKEN = 2;  // another live flow (or, in pass 2, claimed in between)
 const bit<2> FLOW_WAY_NONE  = 3;  // not looked up (not a flow a slot holds, or not this way)
 
-// The longest a slot lives without a packet: 2^28 units of 2^16 ns (4.9 hours).
-const bit<32> FLOW_LEASE_MAX = 0x10000000;
+// The longest a slot lives without a packet (the controller cuts longer lifetimes to it), less
+// than the 2^28 ticks after which meta.now wraps.
+const bit<32> FLOW_LEASE_MAX = FLOW_MAX_TICKS;
 
 // The resubmitted opening packet's metadata (TNA: PORT_METADATA_SIZE bits, in place of the port
 // metadata, which a resubmitted packet does not have).
@@ -191,20 +192,15 @@ control FlowSlotWays(inout headers_t hdr, inout local_metadata_t meta) {
                                                        addr_mix });
         meta.flow_way0 = way0;
         meta.flow_way1 = way1;
-        // The lease: the protocol's idle time (or its linger after a FIN or RST), scaled to
-        // units of 2^16 ns and capped; an end_flow frame's is "already over".
-        flow_ticks_t ticks = meta.flow_idle_ticks;
-        if (hdr.tcp.isValid() && (hdr.tcp.flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) != 0) {
-            ticks = meta.flow_closing_ticks;
-        }
-        bit<32> lease = FLOW_LEASE_MAX;
-        if (ticks[31:24] == 0) {
-            lease = ticks[27:0] ++ 4w0;
-        }
+        // The slot's expiry: now plus the protocol's idle time, or its linger after a FIN or
+        // RST; an end_flow frame's is already past.
         if (end_flow) {
-            lease = 0xffffffff;
+            meta.flow_expiry = meta.now - 1;
+        } else if (hdr.tcp.isValid() && (hdr.tcp.flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) != 0) {
+            meta.flow_expiry = meta.now + meta.flow_closing_ticks;
+        } else {
+            meta.flow_expiry = meta.now + meta.flow_idle_ticks;
         }
-        meta.flow_expiry = meta.now + lease;
         if (end_flow) {
             meta.flow_way0_found = way0_end.execute(way0);
             meta.flow_way1_found = way1_end.execute(way1);
