@@ -25,9 +25,11 @@
 // - Time: meta.now counts ticks of 2^20 ns (the 48-bit global timestamp's bits 47:20, 28 bits:
 //   1.048576 ms, 2.4 % longer than v1model's 1.024 ms FLOW_TICK_US, so the CPM's lifetimes in
 //   flow_ageing serve both). A slot is alive while its expiry is at most FLOW_LEASE_MAX ticks
-//   ahead of now (an unsigned difference). When the timestamp wraps (every 78 hours) every slot
-//   looks free at once: a live flow's slot may be claimed by a new flow, and the live flow is
-//   carried by its exact entries from then on (the CPM installs entries for every flow here).
+//   ahead of now (an unsigned difference; now + lease stays below 2^32). When the timestamp
+//   wraps (every 78 hours) the slots alive then look free (their exact entries carry their
+//   flows; the CPM installs entries for every flow here), and those of them that no flow has
+//   claimed or refreshed by the end of the next 78 hours look taken again for at most
+//   FLOW_LEASE_MAX then: a bounded loss of slots, counted as collisions.
 // - Ending: the CPM's end_flow frame (packet_out.end_flow) expires the flow's slot in either way
 //   if the fingerprint is the flow's. A session whose exact entries are deleted keeps its slot
 //   until it ages out (the v1model slots are retired by the next packet instead).
