@@ -41,10 +41,8 @@ _AGEING_PROTOCOLS = (pc.IP_PROTO_TCP, pc.IP_PROTO_UDP, pc.IP_PROTO_ICMP)
 
 
 def flow_ticks(seconds: float) -> int:
-    """Seconds as data-plane ticks (FLOW_TICK_US microseconds each), at least one and at
-    most FLOW_MAX_TICKS (about 4.8 hours: a slot lifetime Tofino's slots can tell apart;
-    exact entries carry a flow idle longer)."""
-    return min(pc.FLOW_MAX_TICKS, max(1, round(seconds * 1_000_000 / pc.FLOW_TICK_US)))
+    """Seconds as data-plane ticks (FLOW_TICK_US microseconds each), at least one."""
+    return max(1, round(seconds * 1_000_000 / pc.FLOW_TICK_US))
 
 
 @dataclass(frozen=True, slots=True)

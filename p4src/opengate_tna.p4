@@ -33,38 +33,32 @@ parser TnaIngressParser(packet_in pkt, out tna_headers_t hdr, out local_metadata
     // port's role is looked up in stage 0.
     state start {
         pkt.extract(ig_intr_md);
-        transition select(ig_intr_md.resubmit_flag) {
-            1: resubmitted;
-            default: port_metadata;
-        }
-    }
-
-    // The second pass of an opening packet that claims a data-plane session slot.
-    state resubmitted {
-        pkt.extract(hdr.resubmit);
-        meta.flow_claim = hdr.resubmit.claim;
-        meta.flow_claim_way = hdr.resubmit.way;
-        transition ingress_port;
-    }
-
-    state port_metadata {
-        pkt.advance(PORT_METADATA_SIZE);
-        transition ingress_port;
-    }
-
-    state ingress_port {
-        transition select(ig_intr_md.ingress_port) {
-            OG_TOFINO_CPU_PORT: from_cpu;
+        transition select(ig_intr_md.resubmit_flag, ig_intr_md.ingress_port) {
+            (1, _): resubmitted;
+            (0, OG_TOFINO_CPU_PORT): from_cpu;
             default: from_wire;
         }
     }
 
+    // The second pass of an opening packet that claims a data-plane session slot (never one
+    // from the CPU).
+    state resubmitted {
+        pkt.extract(hdr.resubmit);
+        meta.flow_claim = hdr.resubmit.claim[0:0];
+        meta.flow_claim_way = hdr.resubmit.way;
+        meta.ingress_port = hdr.resubmit.ingress_port;
+        pkt.advance(PORT_METADATA_SIZE - 64);
+        transition packet;
+    }
+
     state from_cpu {
+        pkt.advance(PORT_METADATA_SIZE);
         meta.ingress_port = CPU_PORT;
         transition packet;
     }
 
     state from_wire {
+        pkt.advance(PORT_METADATA_SIZE);
         meta.ingress_port = ig_intr_md.ingress_port;
         transition packet;
     }
@@ -96,9 +90,9 @@ control TnaIngress(inout tna_headers_t hdr, inout local_metadata_t meta,
             // Claim the slot in a second pass; this one is not forwarded.
             ig_dprsr_md.resubmit_type = RESUBMIT_FLOW_CLAIM;
             hdr.resubmit.setValid();
-            hdr.resubmit.claim = 1;
+            hdr.resubmit.claim = 1;  // (each field its own container's only source)
             hdr.resubmit.way = meta.flow_claim_way;
-            hdr.resubmit._pad = 0;
+            hdr.resubmit.ingress_port = meta.ingress_port;
         }
         if (meta.egress_port == CPU_PORT) {
             ig_tm_md.ucast_egress_port = OG_TOFINO_CPU_PORT;

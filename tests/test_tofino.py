@@ -63,6 +63,8 @@ def _actions(info: p4i.P4Info) -> dict[str, tuple[tuple[str, int], ...]]:
 # (OG_HSM_SPILL: the spill tables and the second ACL partition, whose index the segment actions
 # also return) have not been fitted into Tofino's stages yet.
 V1MODEL_ONLY = {
+    pc.T_FLOW_AGEING,  # (Tofino's slots have one lifetime: FLOW_SLOT_LEASE)
+    pc.A_SET_FLOW_TIMEOUT,
     pc.T_NAT_DP_REVERSE,
     pc.A_DP_UNMASQUERADE,
     pc.A_MASQUERADE_DP,
@@ -88,8 +90,6 @@ V1MODEL_ONLY_PARAMS = {"acl2_index", "acl3_index"}
 ADDED_SINCE_TOFINO_BUILD = {
     pc.M_CPU_SOURCE_METER,
     # Tofino's data-plane sessions (OG_FLOW_SLOTS)
-    pc.T_FLOW_AGEING,
-    pc.A_SET_FLOW_TIMEOUT,
     pc.C_FLOW_EVENT_COUNTER,
     pc.M_NEW_FLOW_METER,
 }

@@ -129,10 +129,6 @@ const bit<32> FLOW_STATE_INSTALLED_REPLY = 0x2000; // its reply direction's exac
 
 // A tick of data-plane time: the shell's microsecond timestamp >> 10.
 const bit<32> FLOW_TICK_US = 1024;
-// The longest slot lifetime the controller sets (2^24 ticks, about 4.8 hours; longer idle
-// timeouts are cut to it, and the flow's exact entries carry it past its slot): Tofino's slots
-// tell a live slot from a free one by an expiry at most this far ahead (arch/tna_flow_slots.p4).
-const flow_ticks_t FLOW_MAX_TICKS = 0x1000000;
 // Slot lifetimes until the controller sets flow_ageing: 30 s idle, 10 s after FIN/RST.
 const flow_ticks_t FLOW_DEFAULT_IDLE_TICKS    = 29297;
 const flow_ticks_t FLOW_DEFAULT_CLOSING_TICKS = 9766;

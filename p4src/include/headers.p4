@@ -306,11 +306,11 @@ struct local_metadata_t {
 #ifdef OG_FLOW_SLOTS
     // Data-plane sessions on Tofino (arch/tna_flow_slots.p4).
     bit<32>      flow_fingerprint;   // the third hash of the flow's key
-    bit<32>      flow_expiry;        // now + the slot's lease
     bit<32>      flow_way0;          // the flow's slot in way 0...
     bit<32>      flow_way1;          // ...and in way 1
-    bit<2>       flow_way0_found;    // what each way's RegisterAction found (FLOW_WAY_*)
-    bit<2>       flow_way1_found;
+    bit<1>       flow_looked_up;     // FlowSlotWays ran its RegisterActions...
+    bit<8>       flow_way0_found;    // ...and what each way's found (FLOW_WAY_* in the file)
+    bit<8>       flow_way1_found;
     bit<1>       flow_claim;         // pass 2 of an opening packet: claim...
     bit<1>       flow_claim_way;     // ...in this way
     bit<1>       flow_claim_mine;    // ...and the claim took the slot

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.baseconfig import desired_base, flow_ticks
+from controller.baseconfig import desired_base
 from controller.policy import load_policy
 from opengate import p4constants as pc
 from opengate.entries import Exact
@@ -253,14 +253,6 @@ def test_example_policy_meters_each_source_and_ages_data_plane_sessions() -> Non
     without = desired_base(policy, tag_base=0x100, weights={}, available=frozenset())
     assert not [e for e in without.entries.values() if e.table == pc.T_FLOW_AGEING]
     assert not [k for k in without.meters if k[0] == pc.M_CPU_SOURCE_METER]
-
-
-def test_slot_lifetimes_are_cut_to_what_tofino_slots_tell_apart() -> None:
-    """An idle timeout longer than FLOW_MAX_TICKS (about 4.8 hours) is cut to it: Tofino's slots
-    take an expiry further ahead for a free slot (p4src/include/arch/tna_flow_slots.p4)."""
-    assert flow_ticks(3600) == round(3600 * 1_000_000 / pc.FLOW_TICK_US)
-    assert flow_ticks(6 * 3600) == pc.FLOW_MAX_TICKS
-    assert flow_ticks(0.0001) == 1
 
 
 def test_example_policy_lets_the_npm_masquerade_and_limits_new_flows() -> None:

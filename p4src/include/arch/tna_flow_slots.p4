@@ -7,12 +7,12 @@
 // - Each flow has a slot in each of two ways (FLOW_WAY_SLOTS each), from two hashes of its
 //   direction-agnostic key (the XORs and the sums of its addresses and of its ports, as on
 //   v1model), the same for both directions. A way's slot holds a 32-bit fingerprint of the key (a
-//   third hash) and the slot's expiry time: not the whole 5-tuple, which would take three more
+//   third hash) and when a packet last found it: not the whole 5-tuple, which would take three more
 //   registers in later stages. Two live flows with one slot and one fingerprint (one lookup in
 //   2^32 of a full slot) share a verdict until the CPM installs their exact entries, which are
 //   looked up first and win.
 // - Pass 1, every packet (FlowSlotWays, beside the session table): the slot of the packet's flow
-//   in each way is looked up by one RegisterAction, which refreshes its expiry when the
+//   in each way is looked up by one RegisterAction, which refreshes its time when the
 //   fingerprint matches and the slot is alive, and says mine, taken (another live flow) or free.
 //   A hit that no exact entry carries reads the flow's class and SPM (FlowSlotVerdict, late in
 //   the pipeline, where the classification is known) and is admitted like a session hit.
@@ -22,46 +22,51 @@
 //   writes the class and SPM the packet got in this pass. The packet is then forwarded with its
 //   digest (dp_session 1; 0 if the slot was taken in between: the CPM path, counted). Opening
 //   packets cost two passes, nothing else does. Both ways taken: no resubmit, the CPM path.
-// - Time: meta.now counts ticks of 2^20 ns (the 48-bit global timestamp's bits 47:20, 28 bits:
-//   1.048576 ms, 2.4 % longer than v1model's 1.024 ms FLOW_TICK_US, so the CPM's lifetimes in
-//   flow_ageing serve both). A slot is alive while its expiry is at most FLOW_LEASE_MAX ticks
-//   ahead of now (an unsigned difference; now + lease stays below 2^32). When the timestamp
-//   wraps (every 78 hours) the slots alive then look free (their exact entries carry their
-//   flows; the CPM installs entries for every flow here), and those of them that no flow has
-//   claimed or refreshed by the end of the next 78 hours look taken again for at most
-//   FLOW_LEASE_MAX then: a bounded loss of slots, counted as collisions.
-// - Ending: the CPM's end_flow frame (packet_out.end_flow) expires the flow's slot in either way
-//   if the fingerprint is the flow's. A session whose exact entries are deleted keeps its slot
-//   until it ages out (the v1model slots are retired by the next packet instead).
+// - Time: meta.now counts ticks of 2^20 ns (the 48-bit global timestamp's bits 47:20: 1.048576
+//   ms, next to v1model's 1.024). A slot is alive while a packet found it FLOW_SLOT_LEASE ticks
+//   ago or less (30 s, one lifetime for every flow: a stateful ALU reads two PHV words, here the
+//   time and the fingerprint, so no per-protocol lifetime from flow_ageing). The flow's exact
+//   entries, which the CPM installs for every flow here, carry it with the policy's timeouts.
+// - Ending: the CPM's end_flow frame (packet_out.end_flow) clears the fingerprint of the flow's
+//   slot in either way if it is the flow's (the slot is free once it has aged out). The CPM sends
+//   one for every session without NAT it removes: these slots do not notice that their flow's
+//   exact entries are gone (the v1model slots are retired by the flow's next packet).
 // - State is per pipe: both directions of a flow must enter the same pipe.
 #ifndef OPENGATE_ARCH_TNA_FLOW_SLOTS_P4
 #define OPENGATE_ARCH_TNA_FLOW_SLOTS_P4
 
 struct flow_way_t {
-    bit<32> fingerprint;
-    bit<32> expiry;
+    bit<32> fingerprint;  // never 0 for a flow (its low bit is set); 0: ended
+    bit<32> seen;         // when a packet of the flow last found it
 }
 
-// What a way's RegisterAction found.
-const bit<2> FLOW_WAY_FREE  = 0;  // no live flow: claimable
-const bit<2> FLOW_WAY_MINE  = 1;  // the packet's flow, alive (refreshed); or claimed in pass 2
-const bit<2> FLOW_WAY_TAKEN = 2;  // another live flow (or, in pass 2, claimed in between)
-const bit<2> FLOW_WAY_NONE  = 3;  // not looked up (not a flow a slot holds, or not this way)
+// What a way's RegisterAction found (flow_way*_found: its predicate, see FlowSlotWays), for a
+// flow FlowSlotWays looked up: mine (in pass 1 alive with the flow's fingerprint; in pass 2
+// claimed; for an end_flow frame ended), or free (pass 1: not alive).
+const bit<8> FLOW_PRED_FIRST = 2;  // the first comparison alone held
+const bit<8> FLOW_PRED_BOTH  = 8;  // both held
+#define FLOW_WAY_MINE(found) (meta.flow_looked_up == 1 \
+    && (((found) == FLOW_PRED_BOTH && meta.flow_claim == 0 && !FLOW_END_FRAME) \
+        || ((found) == FLOW_PRED_FIRST && (meta.flow_claim == 1 || FLOW_END_FRAME))))
+#define FLOW_WAY_FREE(found) (meta.flow_looked_up == 1 && (found)[1:1] == 0 && (found)[3:3] == 0)
+#define FLOW_END_FRAME (hdr.packet_out.isValid() && hdr.packet_out.end_flow == 1)
 
-// The longest a slot lives without a packet (the controller cuts longer lifetimes to it), less
-// than the 2^28 ticks after which meta.now wraps.
-const bit<32> FLOW_LEASE_MAX = FLOW_MAX_TICKS;
+// How long a slot lives without a packet: one lifetime for every flow (the stateful ALU has no
+// room for a per-protocol one). The CPM installs exact entries for every flow here, which carry it
+// with its policy's idle timeout once they exist; the slot carries it until then, and its
+// packets keep the slot alive.
+const bit<32> FLOW_SLOT_LEASE = (bit<32>)FLOW_DEFAULT_IDLE_TICKS;
 
-// The resubmitted opening packet's metadata (TNA: PORT_METADATA_SIZE bits, in place of the port
-// metadata, which a resubmitted packet does not have).
+// The resubmitted opening packet's metadata: 64 bits (Tofino 1's limit, and the size of its port
+// metadata, which it replaces; the parser skips the rest of Tofino 2's 192).
 header flow_resubmit_h {
-    bit<1> claim;   // always 1: this pass claims a slot
-    bit<1> way;     // ...in this way
-#if __TARGET_TOFINO__ == 2
-    bit<190> _pad;
-#else
-    bit<62> _pad;
-#endif
+    bit<8>    claim;          // 1: this pass claims a slot
+    bit<7>    _pad0;
+    bit<1>    way;            // ...in this way
+    bit<7>    _pad1;
+    port_id_t ingress_port;   // the pipeline's view of it (Tofino's parser copies a field of the
+                              // state's own header, not one extracted states before)
+    bit<32>   _pad2;
 }
 
 // Pass 1 lookup, pass 2 claim, or the CPM's end of a flow, in both ways, beside the session table.
@@ -75,104 +80,73 @@ control FlowSlotWays(inout headers_t hdr, inout local_metadata_t meta) {
     @name(".flow_way1")
     Register<flow_way_t, bit<32>>(FLOW_WAY_SLOTS) flow_way1;
 
-    // Alive: the expiry at most FLOW_LEASE_MAX ahead of now. Mine: alive with this flow's
-    // fingerprint, and refreshed.
-    RegisterAction<flow_way_t, bit<32>, bit<2>>(flow_way0) way0_lookup = {
-        void apply(inout flow_way_t slot, out bit<2> found) {
-            if (slot.expiry - meta.now <= FLOW_LEASE_MAX) {
-                if (slot.fingerprint == meta.flow_fingerprint) {
-                    slot.expiry = meta.flow_expiry;
-                    found = FLOW_WAY_MINE;
-                } else {
-                    found = FLOW_WAY_TAKEN;
-                }
-            } else {
-                found = FLOW_WAY_FREE;
+    // Each RegisterAction answers with its stateful ALU's predicate: one bit set, for which of
+    // the combinations of its two comparisons held (bit 0: neither, 1: the first alone, 2: the
+    // second alone, 3: both), so that every answer is one operand, as Tofino's output needs. A
+    // stateful ALU reads two PHV words at most: the time and the fingerprint.
+    // - lookup (the slot is alive; its fingerprint is the flow's): both, mine (refreshed); the
+    //   first alone, taken; otherwise free;
+    // - claim (pass 2; the slot is free): the first, claimed;
+    // - end (the fingerprint is the flow's): the first, ended (its fingerprint becomes 0, which
+    //   no flow has, until the slot ages out).
+    RegisterAction<flow_way_t, bit<32>, bit<8>>(flow_way0) way0_lookup = {
+        void apply(inout flow_way_t slot, out bit<8> found) {
+            found = this.predicate(meta.now - slot.seen <= FLOW_SLOT_LEASE,
+                                   slot.fingerprint == meta.flow_fingerprint);
+            if (meta.now - slot.seen <= FLOW_SLOT_LEASE
+                    && slot.fingerprint == meta.flow_fingerprint) {
+                slot.seen = meta.now;
             }
         }
     };
-    RegisterAction<flow_way_t, bit<32>, bit<2>>(flow_way1) way1_lookup = {
-        void apply(inout flow_way_t slot, out bit<2> found) {
-            if (slot.expiry - meta.now <= FLOW_LEASE_MAX) {
-                if (slot.fingerprint == meta.flow_fingerprint) {
-                    slot.expiry = meta.flow_expiry;
-                    found = FLOW_WAY_MINE;
-                } else {
-                    found = FLOW_WAY_TAKEN;
-                }
-            } else {
-                found = FLOW_WAY_FREE;
-            }
-        }
-    };
-    // Pass 2: take the slot if no live flow holds it.
-    RegisterAction<flow_way_t, bit<32>, bit<2>>(flow_way0) way0_claim = {
-        void apply(inout flow_way_t slot, out bit<2> found) {
-            if (slot.expiry - meta.now > FLOW_LEASE_MAX) {
+    RegisterAction<flow_way_t, bit<32>, bit<8>>(flow_way0) way0_claim = {
+        void apply(inout flow_way_t slot, out bit<8> found) {
+            found = this.predicate(meta.now - slot.seen > FLOW_SLOT_LEASE);
+            if (meta.now - slot.seen > FLOW_SLOT_LEASE) {
                 slot.fingerprint = meta.flow_fingerprint;
-                slot.expiry = meta.flow_expiry;
-                found = FLOW_WAY_MINE;
-            } else {
-                found = FLOW_WAY_TAKEN;
+                slot.seen = meta.now;
             }
         }
     };
-    RegisterAction<flow_way_t, bit<32>, bit<2>>(flow_way1) way1_claim = {
-        void apply(inout flow_way_t slot, out bit<2> found) {
-            if (slot.expiry - meta.now > FLOW_LEASE_MAX) {
+    RegisterAction<flow_way_t, bit<32>, bit<8>>(flow_way0) way0_end = {
+        void apply(inout flow_way_t slot, out bit<8> found) {
+            found = this.predicate(slot.fingerprint == meta.flow_fingerprint);
+            if (slot.fingerprint == meta.flow_fingerprint) {
+                slot.fingerprint = 0;
+            }
+        }
+    };
+    RegisterAction<flow_way_t, bit<32>, bit<8>>(flow_way1) way1_lookup = {
+        void apply(inout flow_way_t slot, out bit<8> found) {
+            found = this.predicate(meta.now - slot.seen <= FLOW_SLOT_LEASE,
+                                   slot.fingerprint == meta.flow_fingerprint);
+            if (meta.now - slot.seen <= FLOW_SLOT_LEASE
+                    && slot.fingerprint == meta.flow_fingerprint) {
+                slot.seen = meta.now;
+            }
+        }
+    };
+    RegisterAction<flow_way_t, bit<32>, bit<8>>(flow_way1) way1_claim = {
+        void apply(inout flow_way_t slot, out bit<8> found) {
+            found = this.predicate(meta.now - slot.seen > FLOW_SLOT_LEASE);
+            if (meta.now - slot.seen > FLOW_SLOT_LEASE) {
                 slot.fingerprint = meta.flow_fingerprint;
-                slot.expiry = meta.flow_expiry;
-                found = FLOW_WAY_MINE;
-            } else {
-                found = FLOW_WAY_TAKEN;
+                slot.seen = meta.now;
             }
         }
     };
-    // The CPM ends the flow: its slot expires (flow_expiry is now - 1 for an end_flow frame).
-    RegisterAction<flow_way_t, bit<32>, bit<2>>(flow_way0) way0_end = {
-        void apply(inout flow_way_t slot, out bit<2> found) {
+    RegisterAction<flow_way_t, bit<32>, bit<8>>(flow_way1) way1_end = {
+        void apply(inout flow_way_t slot, out bit<8> found) {
+            found = this.predicate(slot.fingerprint == meta.flow_fingerprint);
             if (slot.fingerprint == meta.flow_fingerprint) {
-                slot.expiry = meta.flow_expiry;
-                found = FLOW_WAY_MINE;
-            } else {
-                found = FLOW_WAY_TAKEN;
+                slot.fingerprint = 0;
             }
         }
     };
-    RegisterAction<flow_way_t, bit<32>, bit<2>>(flow_way1) way1_end = {
-        void apply(inout flow_way_t slot, out bit<2> found) {
-            if (slot.fingerprint == meta.flow_fingerprint) {
-                slot.expiry = meta.flow_expiry;
-                found = FLOW_WAY_MINE;
-            } else {
-                found = FLOW_WAY_TAKEN;
-            }
-        }
-    };
-
-    @name(".set_flow_timeout")
-    action set_flow_timeout(flow_ticks_t idle, flow_ticks_t closing, flow_ticks_t report) {
-        meta.flow_idle_ticks = idle;
-        meta.flow_closing_ticks = closing;
-        meta.flow_report_ticks = report;
-    }
-
-    // Per IP protocol: how long a slot lives without packets, and after a FIN or RST (the report
-    // interval is v1model's: a slot here is reported once, by its opening packet).
-    @name(".flow_ageing")
-    table flow_ageing {
-        key = {
-            FLOW_PROTO : exact @name("ip_proto");
-        }
-        actions = { set_flow_timeout; }
-        default_action = set_flow_timeout(FLOW_DEFAULT_IDLE_TICKS, FLOW_DEFAULT_CLOSING_TICKS,
-                                          FLOW_DEFAULT_REPORT_TICKS);
-        size = FLOW_AGEING_TABLE_SIZE;
-    }
 
     apply {
-        meta.flow_way0_found = FLOW_WAY_NONE;
-        meta.flow_way1_found = FLOW_WAY_NONE;
+        meta.flow_way0_found = 0;
+        meta.flow_way1_found = 0;
         bool end_flow = hdr.packet_out.isValid() && hdr.packet_out.end_flow == 1;
         bool l4 = hdr.tcp.isValid() || hdr.udp.isValid()
             || (hdr.icmp.isValid() && (hdr.icmp.icmp_type == ICMP_ECHO_REQUEST
@@ -183,7 +157,6 @@ control FlowSlotWays(inout headers_t hdr, inout local_metadata_t meta) {
                 || (meta.port_role == ROLE_CPU && !end_flow)) {
             return;
         }
-        flow_ageing.apply();
         bit<32> addr_mix = meta.flow_addr_mix;
         bit<32> addr_sum = FLOW_SRC + FLOW_DST;
         l4_port_t port_mix = meta.flow_port_mix;
@@ -191,18 +164,10 @@ control FlowSlotWays(inout headers_t hdr, inout local_metadata_t meta) {
         bit<32> way0 = (bit<32>)way0_hash.get({ addr_mix, addr_sum, FLOW_PROTO, port_mix, port_sum });
         bit<32> way1 = (bit<32>)way1_hash.get({ port_sum, port_mix, FLOW_PROTO, addr_sum, addr_mix });
         meta.flow_fingerprint = fingerprint_hash.get({ FLOW_PROTO, port_sum, addr_sum, port_mix,
-                                                       addr_mix });
+                                                       addr_mix }) | 1;
+        meta.flow_looked_up = 1;
         meta.flow_way0 = way0;
         meta.flow_way1 = way1;
-        // The slot's expiry: now plus the protocol's idle time, or its linger after a FIN or
-        // RST; an end_flow frame's is already past.
-        if (end_flow) {
-            meta.flow_expiry = meta.now - 1;
-        } else if (hdr.tcp.isValid() && (hdr.tcp.flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) != 0) {
-            meta.flow_expiry = meta.now + meta.flow_closing_ticks;
-        } else {
-            meta.flow_expiry = meta.now + meta.flow_idle_ticks;
-        }
         if (end_flow) {
             meta.flow_way0_found = way0_end.execute(way0);
             meta.flow_way1_found = way1_end.execute(way1);
@@ -269,12 +234,12 @@ control FlowSlotVerdict(inout headers_t hdr, inout local_metadata_t meta) {
     apply {
         if (hdr.packet_out.isValid() && hdr.packet_out.end_flow == 1) {
             // (SessionSetup used the frame up.)
-            if (meta.flow_way0_found == FLOW_WAY_MINE || meta.flow_way1_found == FLOW_WAY_MINE) {
+            if (FLOW_WAY_MINE(meta.flow_way0_found) || FLOW_WAY_MINE(meta.flow_way1_found)) {
                 OG_COUNT(flow_event_counter, FLOW_EVENT_ENDED);
             }
             return;
         }
-        bool on0 = meta.flow_way0_found == FLOW_WAY_MINE;
+        bool on0 = FLOW_WAY_MINE(meta.flow_way0_found);
         bit<32> index = meta.flow_way0;
         if (!on0) {
             index = meta.flow_way1 | FLOW_WAY_SLOTS;

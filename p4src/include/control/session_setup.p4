@@ -279,8 +279,8 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             meta.drop_setup = DROP_CPU_CONTROL;
             return;
         }
-        bool flow_mine = meta.flow_way0_found == FLOW_WAY_MINE
-            || meta.flow_way1_found == FLOW_WAY_MINE;
+        bool flow_mine = FLOW_WAY_MINE(meta.flow_way0_found)
+            || FLOW_WAY_MINE(meta.flow_way1_found);
         if (meta.flow_claim == 1) {
             if (flow_mine) {
                 meta.flow_claim_mine = 1;
@@ -643,8 +643,8 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             if (meta.flow_claim == 0) {
                 OG_METER_EXECUTE(new_flow_meter, hdr.ipv4.src_addr[11:0], color);
             }
-            bool way0_free = meta.flow_way0_found == FLOW_WAY_FREE;
-            bool way1_free = meta.flow_way1_found == FLOW_WAY_FREE;
+            bool way0_free = FLOW_WAY_FREE(meta.flow_way0_found);
+            bool way1_free = FLOW_WAY_FREE(meta.flow_way1_found);
             if (OG_METER_IS_RED(color)) {
                 meta.drop_setup = DROP_NEW_FLOW_RATE;
             } else if (nat) {
@@ -660,9 +660,9 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                 }
             } else {
                 meta.send_session_request = 1;
-                if (meta.flow_way0_found == FLOW_WAY_TAKEN
-                        && meta.flow_way1_found == FLOW_WAY_TAKEN) {
-                    meta.flow_collision = 1;
+                if (meta.flow_claim == 0 && meta.flow_looked_up == 1 && !way0_free
+                        && !way1_free) {
+                    meta.flow_collision = 1;  // both ways held by other flows
                 }
             }
 #else
