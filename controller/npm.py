@@ -142,12 +142,16 @@ class NpmConnection:
 
     @property
     def slots_retire_themselves(self) -> bool:
-        """Whether the program's data-plane slots end with their flow's exact entries and
-        report a long-lived flow again (v1model, p4src/include/control/session_setup.p4).
-        Tofino's (p4src/include/arch/tna_flow_slots.p4) do neither: the CPM ends a removed
-        session's slot with an end_flow frame, and writes entries for every flow (no entries
-        on demand)."""
-        return pc.R_FLOW_STATE in self.schema.registers
+        """Whether the program's data-plane slots, if it has any, end with their flow's exact
+        entries and report a long-lived flow again (v1model,
+        p4src/include/control/session_setup.p4). Tofino's (p4src/include/arch/tna_flow_slots.p4,
+        a program with `end_flow` but no `flow_state` register) do neither: the CPM ends a
+        removed session's slot with an end_flow frame, and writes entries for every flow (no
+        entries on demand)."""
+        if pc.R_FLOW_STATE in self.schema.registers:
+            return True
+        fields = self.schema.packet_metadata.get("packet_out", ())
+        return not any(field.name == "end_flow" for field in fields)
 
     def _resolve_ids(self) -> None:
         schema = self.schema

@@ -19,11 +19,18 @@ const DigestType_t DIGEST_SESSION_CLOSE   = 2;
 // is what Tofino's PHV allocation needs (its padding is left as it is).
 struct tna_headers_t {
     packet_in_h      bridged;
+#ifdef OG_FLOW_SLOTS
     flow_resubmit_h  resubmit;   // an opening packet's second pass (arch/tna_flow_slots.p4)
+#endif
     headers_t        og;
 }
 
 const ResubmitType_t RESUBMIT_FLOW_CLAIM = 1;
+#ifdef OG_FLOW_SLOTS
+#define OG_RESUBMITTING(meta) ((meta).flow_resubmit == 1)
+#else
+#define OG_RESUBMITTING(meta) false
+#endif
 
 parser TnaIngressParser(packet_in pkt, out tna_headers_t hdr, out local_metadata_t meta,
                         out ingress_intrinsic_metadata_t ig_intr_md) {
@@ -31,6 +38,7 @@ parser TnaIngressParser(packet_in pkt, out tna_headers_t hdr, out local_metadata
 
     // The pipeline's view of the ingress port is set here, not in the first MAU stage, so that the
     // port's role is looked up in stage 0.
+#ifdef OG_FLOW_SLOTS
     state start {
         pkt.extract(ig_intr_md);
         transition select(ig_intr_md.resubmit_flag, ig_intr_md.ingress_port) {
@@ -50,6 +58,15 @@ parser TnaIngressParser(packet_in pkt, out tna_headers_t hdr, out local_metadata
         pkt.advance(PORT_METADATA_SIZE - 64);
         transition packet;
     }
+#else
+    state start {
+        pkt.extract(ig_intr_md);
+        transition select(ig_intr_md.ingress_port) {
+            OG_TOFINO_CPU_PORT: from_cpu;
+            default: from_wire;
+        }
+    }
+#endif
 
     state from_cpu {
         pkt.advance(PORT_METADATA_SIZE);
@@ -80,13 +97,17 @@ control TnaIngress(inout tna_headers_t hdr, inout local_metadata_t meta,
         if (ig_prsr_md.parser_err != 0) {
             meta.parser_truncated = 1;
         }
-        // Data-plane time in ticks of 2^20 ns (arch/tna_flow_slots.p4).
-        meta.now = (flow_ticks_t)ig_prsr_md.global_tstamp[47:20];
+#ifdef OG_FLOW_SLOTS
+        // Data-plane time in ticks of 2^16 ns (arch/tna_flow_slots.p4).
+        meta.now = ig_prsr_md.global_tstamp[47:16];
+#endif
         pipeline.apply(hdr.og, meta);
         // Each decision below reads only what the pipeline left, so they share one MAU stage.
         if (meta.drop_reason != DROP_NONE) {
             ig_dprsr_md.drop_ctl = 1;
-        } else if (meta.flow_resubmit == 1) {
+        }
+#ifdef OG_FLOW_SLOTS
+        else if (meta.flow_resubmit == 1) {
             // Claim the slot in a second pass; this one is not forwarded.
             ig_dprsr_md.resubmit_type = RESUBMIT_FLOW_CLAIM;
             hdr.resubmit.setValid();
@@ -94,6 +115,7 @@ control TnaIngress(inout tna_headers_t hdr, inout local_metadata_t meta,
             hdr.resubmit.way = meta.flow_claim_way;
             hdr.resubmit.ingress_port = meta.ingress_port;
         }
+#endif
         if (meta.egress_port == CPU_PORT) {
             ig_tm_md.ucast_egress_port = OG_TOFINO_CPU_PORT;
         } else {
@@ -103,7 +125,7 @@ control TnaIngress(inout tna_headers_t hdr, inout local_metadata_t meta,
         if (meta.send_session_close == 1) {
             ig_dprsr_md.digest_type = DIGEST_SESSION_CLOSE;
         } else if (meta.drop_reason == DROP_NONE && meta.send_session_request == 1
-                && meta.flow_resubmit == 0) {
+                && !OG_RESUBMITTING(meta)) {
             ig_dprsr_md.digest_type = DIGEST_SESSION_REQUEST;
         }
         hdr.bridged.setValid();
@@ -125,7 +147,9 @@ control TnaIngressDeparser(packet_out pkt, inout tna_headers_t hdr, in local_met
     Digest<session_request_t>(DIGEST_SESSION_REQUEST) session_request;
     @name(".session_close_t")
     Digest<session_close_t>(DIGEST_SESSION_CLOSE) session_close;
+#ifdef OG_FLOW_SLOTS
     Resubmit(RESUBMIT_FLOW_CLAIM) resubmit;
+#endif
 
     apply {
         hdr.og.ipv4.hdr_checksum = ipv4_checksum.update({
@@ -150,8 +174,10 @@ control TnaIngressDeparser(packet_out pkt, inout tna_headers_t hdr, in local_met
             session_request.pack({
                 meta.key_src, meta.key_dst, hdr.og.ipv4.protocol,
                 meta.key_sport, meta.key_dport, meta.ingress_port, meta.acl_rule,
-                meta.ids_class, meta.spm_port, meta.spm_mac, meta.nat_addr, meta.nat_port,
-                meta.nat_kind, meta.dp_session
+                meta.ids_class, meta.spm_port, meta.spm_mac
+#ifdef OG_FLOW_SLOTS
+                , meta.nat_addr, meta.nat_port, meta.nat_kind, meta.dp_session
+#endif
             });
         }
         if (ig_dprsr_md.digest_type == DIGEST_SESSION_CLOSE) {
@@ -160,9 +186,11 @@ control TnaIngressDeparser(packet_out pkt, inout tna_headers_t hdr, in local_met
                 meta.key_sport, meta.key_dport, meta.tcp_flags
             });
         }
+#ifdef OG_FLOW_SLOTS
         if (ig_dprsr_md.resubmit_type == RESUBMIT_FLOW_CLAIM) {
             resubmit.emit(hdr.resubmit);
         }
+#endif
         pkt.emit(hdr.bridged);
         pkt.emit(hdr.og.ethernet);
         pkt.emit(hdr.og.vlan);

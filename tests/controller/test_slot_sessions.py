@@ -18,6 +18,8 @@ from controller.runtime import Controller
 from controller.session_model import flow_frame, parse_flow
 from controller.sessions import SLOT_GRACE_SECONDS
 from opengate import p4constants as pc
+from opengate.p4info import P4Schema
+from opengate.target import repo_root
 from tests.controller.conftest import ControllerFactory, wait_until
 from tests.controller.flows import GW_OUT, H1, OUT1, SPM1_MAC, ip, key, request
 from tests.controller.test_sessions import db_sessions, expected_entry, session_entries
@@ -220,5 +222,15 @@ def test_where_slots_outlive_their_entries_every_flow_gets_entries_and_an_end_fr
 def test_the_v1model_slots_retire_themselves(
     switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
 ) -> None:
+    """v1model's slots retire themselves; so, trivially, do those of a program without slots
+    (the default TNA builds: no flow_state register, no end_flow field), to which the CPM
+    must never send an end_flow frame."""
     controller = make_controller(switch, policy=lab)
-    assert controller.npms["npm1"].slots_retire_themselves
+    connection = controller.npms["npm1"]
+    assert connection.slots_retire_themselves
+    tofino = P4Schema.load(
+        repo_root() / "p4src" / "build" / "tofino" / "tofino-default.p4info.txtpb"
+    )
+    assert pc.R_FLOW_STATE not in tofino.registers
+    connection.schema = tofino
+    assert connection.slots_retire_themselves

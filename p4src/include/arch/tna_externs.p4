@@ -47,9 +47,14 @@
 // later in the same pass, each register more than once; Tofino's RegisterActions make one
 // read-modify-write per register per packet. Tofino has its own (OG_FLOW_SLOTS,
 // arch/tna_flow_slots.p4: fingerprints in two ways, the claim in a resubmitted pass), for flows
-// without NAT; the controller sets up the NAT flows (README "Running on Tofino").
+// without NAT, built with -DOG_TNA_DP_SESSIONS: bf-p4c does not place them yet (PHV allocation,
+// README "Running on Tofino"), so the default builds keep the CPM path for every session.
 #undef OG_DP_SESSIONS
+#ifdef OG_TNA_DP_SESSIONS
 #define OG_FLOW_SLOTS
+#else
+#undef OG_FLOW_SLOTS
+#endif
 #define OG_REGISTER(type, name, size) Register<type, bit<32>>((bit<32>)(size)) name
 // ICMP errors related to a session need the slots above; on Tofino they meet the ACL alone.
 #undef OG_ICMP_RELATED

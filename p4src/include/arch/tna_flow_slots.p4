@@ -22,11 +22,12 @@
 //   writes the class and SPM the packet got in this pass. The packet is then forwarded with its
 //   digest (dp_session 1; 0 if the slot was taken in between: the CPM path, counted). Opening
 //   packets cost two passes, nothing else does. Both ways taken: no resubmit, the CPM path.
-// - Time: meta.now counts ticks of 2^20 ns (the 48-bit global timestamp's bits 47:20: 1.048576
-//   ms, next to v1model's 1.024). A slot is alive while a packet found it FLOW_SLOT_LEASE ticks
-//   ago or less (30 s, one lifetime for every flow: a stateful ALU reads two PHV words, here the
-//   time and the fingerprint, so no per-protocol lifetime from flow_ageing). The flow's exact
-//   entries, which the CPM installs for every flow here, carry it with the policy's timeouts.
+// - Time: meta.now counts ticks of 2^16 ns (the 48-bit global timestamp's bits 47:16, so it wraps
+//   with the timestamp, every 78 hours). A slot is alive while a packet found it FLOW_SLOT_LEASE
+//   ticks ago or less (30 s; an unsigned difference, which the wrap does not disturb), one
+//   lifetime for every flow: a stateful ALU reads two PHV words, here the time and the
+//   fingerprint, so no per-protocol lifetime from flow_ageing. The flow's exact entries, which
+//   the CPM installs for every flow here, carry it with the policy's timeouts.
 // - Ending: the CPM's end_flow frame (packet_out.end_flow) clears the fingerprint of the flow's
 //   slot in either way if it is the flow's (the slot is free once it has aged out). The CPM sends
 //   one for every session without NAT it removes: these slots do not notice that their flow's
@@ -55,7 +56,7 @@ const bit<8> FLOW_PRED_BOTH  = 8;  // both held
 // room for a per-protocol one). The CPM installs exact entries for every flow here, which carry it
 // with its policy's idle timeout once they exist; the slot carries it until then, and its
 // packets keep the slot alive.
-const bit<32> FLOW_SLOT_LEASE = (bit<32>)FLOW_DEFAULT_IDLE_TICKS;
+const bit<32> FLOW_SLOT_LEASE = 457764;  // 30 s in ticks of 65.536 us
 
 // The resubmitted opening packet's metadata: 64 bits (Tofino 1's limit, and the size of its port
 // metadata, which it replaces; the parser skips the rest of Tofino 2's 192).
