@@ -152,8 +152,9 @@ control FlowSlotWays(inout headers_t hdr, inout local_metadata_t meta) {
         bool l4 = hdr.tcp.isValid() || hdr.udp.isValid()
             || (hdr.icmp.isValid() && (hdr.icmp.icmp_type == ICMP_ECHO_REQUEST
                                        || hdr.icmp.icmp_type == ICMP_ECHO_REPLY));
-        // The controller's NAT sessions are keyed by rewritten headers in one direction: the
-        // slots hold only flows without NAT, so every packet of theirs looks up as it arrived.
+        // Every admitted TCP, UDP and ICMP echo packet of a first pass looks up its flow's
+        // slots as it arrived (a NAT flow never holds one: SessionSetup sends it to the CPM);
+        // the CPM's packets only to end a flow.
         if (!l4 || meta.returned == 1 || !og_admitted(meta)
                 || (meta.port_role == ROLE_CPU && !end_flow)) {
             return;
