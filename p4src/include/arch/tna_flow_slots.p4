@@ -148,7 +148,7 @@ control FlowSlotWays(inout headers_t hdr, inout local_metadata_t meta) {
     apply {
         meta.flow_way0_found = 0;
         meta.flow_way1_found = 0;
-        bool end_flow = hdr.packet_out.isValid() && hdr.packet_out.end_flow == 1;
+        bool end_flow = FLOW_END_FRAME;
         bool l4 = hdr.tcp.isValid() || hdr.udp.isValid()
             || (hdr.icmp.isValid() && (hdr.icmp.icmp_type == ICMP_ECHO_REQUEST
                                        || hdr.icmp.icmp_type == ICMP_ECHO_REPLY));
@@ -234,7 +234,7 @@ control FlowSlotVerdict(inout headers_t hdr, inout local_metadata_t meta) {
     };
 
     apply {
-        if (hdr.packet_out.isValid() && hdr.packet_out.end_flow == 1) {
+        if (FLOW_END_FRAME) {
             // (SessionSetup used the frame up.)
             if (FLOW_WAY_MINE(meta.flow_way0_found) || FLOW_WAY_MINE(meta.flow_way1_found)) {
                 OG_COUNT(flow_event_counter, FLOW_EVENT_ENDED);

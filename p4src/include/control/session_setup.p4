@@ -275,7 +275,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
 #ifdef OG_FLOW_SLOTS
         // Tofino's slots (arch/tna_flow_slots.p4): FlowSlotWays has looked the flow up, or
         // claimed its slot, or ended it.
-        if (hdr.packet_out.isValid() && hdr.packet_out.end_flow == 1) {
+        if (FLOW_END_FRAME) {
             meta.drop_setup = DROP_CPU_CONTROL;
             return;
         }
