@@ -86,6 +86,20 @@ parser TnaIngressParser(packet_in pkt, out tna_headers_t hdr, out local_metadata
     }
 }
 
+// Tofino 2: the IPv4 options in PHV, not a CLOT. The options are read-only, which makes them a
+// CLOT candidate, but bf-p4c (p4c 34b86e9b) gives the CLOT no length for the options' varbit
+// and its assembler stops ("No length for clot 0"). bf-p4c splits the varbit into one header
+// per length (32 to 320 bits), named as below.
+@do_not_use_clot("ingress", "hdr.og.ipv4_options_h_ipv4_options_options_32b")
+@do_not_use_clot("ingress", "hdr.og.ipv4_options_h_ipv4_options_options_64b")
+@do_not_use_clot("ingress", "hdr.og.ipv4_options_h_ipv4_options_options_96b")
+@do_not_use_clot("ingress", "hdr.og.ipv4_options_h_ipv4_options_options_128b")
+@do_not_use_clot("ingress", "hdr.og.ipv4_options_h_ipv4_options_options_160b")
+@do_not_use_clot("ingress", "hdr.og.ipv4_options_h_ipv4_options_options_192b")
+@do_not_use_clot("ingress", "hdr.og.ipv4_options_h_ipv4_options_options_224b")
+@do_not_use_clot("ingress", "hdr.og.ipv4_options_h_ipv4_options_options_256b")
+@do_not_use_clot("ingress", "hdr.og.ipv4_options_h_ipv4_options_options_288b")
+@do_not_use_clot("ingress", "hdr.og.ipv4_options_h_ipv4_options_options_320b")
 control TnaIngress(inout tna_headers_t hdr, inout local_metadata_t meta,
                    in ingress_intrinsic_metadata_t ig_intr_md,
                    in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,

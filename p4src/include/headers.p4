@@ -182,12 +182,25 @@ struct session_close_t {
     ((meta).drop_valid == 0 && (meta).drop_tag == 0 && (meta).port_role != ROLE_UNKNOWN \
      && ((meta).tagged == 0 || (meta).port_role == ROLE_SPM))
 
-// A packet from an inside host whose TTL runs out at the gateway, sent to it (a unicast frame)
-// for a unicast address: the CPM answers it with a time exceeded. Multicast and broadcast (TTL 1
-// is common there: SSDP, IGMP) are never answered, and are dropped as before.
-#define og_expires_here(hdr, meta) \
-    (og_admitted(meta) && (meta).port_role == ROLE_INSIDE && (hdr).ipv4.ttl <= 1 \
-     && (hdr).ethernet.dst_addr[40:40] == 0 && (hdr).ipv4.dst_addr[31:28] < 0xe)
+// Whether the session table is looked up: og_admitted, not back from an SPM with NAT done, and
+// not expiring here (og_expires_here). Written out by role, so that a Tofino gateway tests it in
+// four rows, beside port_role's result rather than a stage after a flag derived from it.
+#define og_session_lookup(meta) \
+    ((meta).drop_valid == 0 && (meta).drop_tag == 0 && (meta).returned_nat_done == 0 \
+     && ((meta).port_role == ROLE_SPM \
+         || ((meta).tagged == 0 \
+             && ((meta).port_role == ROLE_OUTSIDE || (meta).port_role == ROLE_CPU \
+                 || ((meta).port_role == ROLE_INSIDE && (meta).last_hop == 0)))))
+
+// A packet whose TTL runs out at the gateway, sent to it (a unicast frame) for a unicast address
+// (meta.last_hop, from its headers alone). Multicast and broadcast (TTL 1 is common there: SSDP,
+// IGMP) are never answered, and are dropped as before.
+#define og_last_hop(hdr) \
+    ((hdr).ipv4.ttl <= 1 && (hdr).ethernet.dst_addr[40:40] == 0 && (hdr).ipv4.dst_addr[31:28] < 0xe)
+
+// Such a packet from an inside host: the CPM answers it with a time exceeded.
+#define og_expires_here(meta) \
+    (og_admitted(meta) && (meta).port_role == ROLE_INSIDE && (meta).last_hop == 1)
 
 // A packet from an inside host, to the gateway as above, that no route takes, and that its
 // session or the ACL lets through (denied traffic learns nothing; an ACL's to-CPU verdict comes
@@ -198,19 +211,6 @@ struct session_close_t {
      && (meta).drop_session == 0 \
      && ((meta).session_hit == 1 || (meta).acl_verdict == ACL_PERMIT) \
      && (hdr).ethernet.dst_addr[40:40] == 0 && (hdr).ipv4.dst_addr[31:28] < 0xe)
-
-// Why a packet that leaves by its route would be dropped, into meta.drop_fwd: Routing, and
-// SessionSetup for a packet that a data-plane session admits. Statements, not a conditional
-// expression: bf-p4c turns an assignment of `?:` into an action that branches, which Tofino
-// cannot run.
-#define og_set_forwarding_drop(hdr, meta) \
-    if ((meta).routed == 0) { \
-        meta.drop_fwd = DROP_NO_ROUTE; \
-    } else if ((hdr).ipv4.ttl <= 1) { \
-        meta.drop_fwd = DROP_TTL_EXPIRED; \
-    } else { \
-        meta.drop_fwd = DROP_NONE; \
-    }
 
 struct local_metadata_t {
     // Architecture-neutral view of the intrinsic metadata (filled and consumed by the shell).
@@ -262,7 +262,10 @@ struct local_metadata_t {
     drop_reason_t drop_arp;          // ArpResponder
     drop_reason_t drop_session;      // Session: blocked; on a miss, Steering: no SPM up
     drop_reason_t drop_setup;        // SessionSetup (no session)
-    drop_reason_t drop_fwd;          // Forwarding, unless the packet goes to the CPU
+    drop_reason_t route_drop;        // Routing: why the route would drop the packet (no route,
+                                     // TTL); drop_fwd where it leaves by its route (OgIngress,
+                                     // SessionSetup for a packet a data-plane session admits)
+    drop_reason_t drop_fwd;          // route_drop for a packet that leaves by its route
 
     // Port role and next-hop tag.
     port_role_t port_role;
@@ -270,6 +273,8 @@ struct local_metadata_t {
     tag_t       tag;                 // ...and these are its low 16 bits
     bit<1>      returned;            // came back from an SPM with a tag we issued
     bit<1>      returned_nat_done;   // ...and NAT was applied before it went out
+    bit<1>      last_hop;            // og_last_hop: read from the headers, beside port_role
+    bit<1>      expires_here;        // og_expires_here, tested once before the classifier
     tag_t       tag_base;            // this NPM's tag block; bit 0 says "NAT already done"
 
     // Session.

@@ -63,84 +63,118 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
                 meta.key_dst = hdr.ipv4.dst_addr;
                 meta.key_sport = meta.l4_sport;
                 meta.key_dport = meta.l4_dport;
-                classify.apply(hdr, meta);
-                steering.apply(hdr, meta);
-                if (og_expires_here(hdr, meta)) {
-                    // A unicast packet from an inside host whose TTL runs out here goes to the
-                    // CPM as it arrived (no session, no NAT, whatever the ACL says, as a router
-                    // checks the TTL before its filters), metered like every packet-in; the CPM
-                    // answers with a time exceeded from the port's address (traceroute).
+                // A unicast packet from an inside host whose TTL runs out here goes to the CPM
+                // as it arrived (no session, no NAT, whatever the ACL says, as a router checks
+                // the TTL before its filters), metered like every packet-in; the CPM answers
+                // with a time exceeded from the port's address (traceroute). Tested before the
+                // classifier, each step below testing the flag itself, and the session lookup
+                // its parts (port_role's result and the headers' last_hop): on Tofino 1 the
+                // steps nested in one else branch waited for the classifier, and a lookup
+                // that waited for the flag started a stage late (14 and 13 stages of 12).
+                if (og_last_hop(hdr)) {
+                    meta.last_hop = 1;
+                }
+                if (og_expires_here(meta)) {
+                    meta.expires_here = 1;
                     meta.to_cpu = 1;
                     meta.cpu_reason = CPU_REASON_TTL_EXPIRED;
-                } else {
-                    // Back from an SPM with NAT already done: the 5-tuple is post-NAT; just route.
-                    if (og_admitted(meta) && meta.returned_nat_done == 0) {
-                        session.apply(hdr, meta);
-                    }
+                }
+                classify.apply(hdr, meta);
+                steering.apply(hdr, meta);
+                // Back from an SPM with NAT already done: the 5-tuple is post-NAT; just route.
+                if (og_session_lookup(meta)) {
+                    session.apply(hdr, meta);
+                }
 #ifdef OG_ICMP_RELATED
-                    // An ICMP error its flow's session admits goes straight to the flow's end,
-                    // translated now if the flow is (RFC 5508), never to an SPM.
-                    if (meta.icmp_error == 1) {
-                        meta.spm_port = 0;
-                    }
+                // An ICMP error its flow's session admits goes straight to the flow's end,
+                // translated now if the flow is (RFC 5508), never to an SPM.
+                if (meta.icmp_error == 1 && meta.expires_here == 0) {
+                    meta.spm_port = 0;
+                }
 #endif
-                    // Without an exact entry, a reply to a flow the data plane masqueraded is found
-                    // by its port and translated back before routing (like nat_before_spm).
+                // Without an exact entry, a reply to a flow the data plane masqueraded is found
+                // by its port and translated back before routing (like nat_before_spm).
+                if (meta.expires_here == 0) {
                     nat_reverse.apply(hdr, meta);
+                }
 #ifdef OG_FLOW_SLOTS
-                    // Tofino's slots: looked up (or claimed, or ended) beside the session table.
+                // Tofino's slots: looked up (or claimed, or ended) beside the session table.
+                if (meta.expires_here == 0) {
                     flow_slot_ways.apply(hdr, meta);
+                }
 #endif
-                    if (meta.session_hit == 0 && meta.returned_nat_done == 0) {
-                        port_forward.apply(hdr, meta);
-                    }
-                    // NAT now unless it waits for the SPM (original direction of an inspected
-                    // flow).
-                    if ((meta.session_hit == 1
-                            && (meta.spm_port == 0 || meta.nat_before_spm == 1
-                                || meta.returned == 1))
-                            || meta.dp_nat_reverse == 1 || meta.dp_dnat_now == 1) {
-                        nat.apply(hdr, meta);
-                    }
-                    routing.apply(hdr, meta);
-                    if (og_unroutable_here(hdr, meta)) {
-                        // A permitted unicast packet from an inside host that no route takes:
-                        // to the CPM, which answers with a destination unreachable (no session
-                        // is set up for it), or a ping of the gateway with its echo reply.
-                        meta.to_cpu = 1;
-                        meta.cpu_reason = CPU_REASON_NO_ROUTE;
-                    } else {
-                        if (meta.session_hit == 1) {
-                            meta.meter_class = meta.session_class;
-                        } else {
-                            meta.meter_class = meta.ids_class;
-                            if (meta.returned == 0) {
-                                meta.spm_port = meta.sel_spm_port;
-                                meta.spm_mac = meta.sel_spm_mac;
-                                if (meta.needs_inspection == 1 && meta.sel_spm_port == 0
-                                        && meta.spm_fail_open == 0) {
-                                    meta.drop_session = DROP_NO_SPM;
-                                }
-                            }
-                        }
-                        if (meta.returned_nat_done == 0) {
-                            if (meta.session_hit == 0) {
-                                nat_policy.apply(hdr, meta);
-                            }
-                            session_setup.apply(hdr, meta);
+                if (meta.session_hit == 0 && meta.returned_nat_done == 0
+                        && meta.expires_here == 0) {
+                    port_forward.apply(hdr, meta);
+                }
+                // NAT now unless it waits for the SPM (original direction of an inspected
+                // flow). An expiring packet has no session and no data-plane rewrite.
+                if ((meta.session_hit == 1
+                        && (meta.spm_port == 0 || meta.nat_before_spm == 1
+                            || meta.returned == 1))
+                        || meta.dp_nat_reverse == 1 || meta.dp_dnat_now == 1) {
+                    nat.apply(hdr, meta);
+                }
+                // An expiring packet's route goes unused: Forwarding sends it to the CPU.
+                routing.apply(hdr, meta);
+                // Does a new flow leave masqueraded? Asked as soon as the route is known, before
+                // the SPM choice is merged below (SessionSetup then follows the merge in the
+                // same Tofino stage).
+                if (meta.session_hit == 0 && meta.returned_nat_done == 0
+                        && meta.expires_here == 0) {
+                    nat_policy.apply(hdr, meta);
+                }
+                if (meta.expires_here == 1) {
+                    // To the CPM as it arrived (above).
+                } else if (og_unroutable_here(hdr, meta)) {
+                    // A permitted unicast packet from an inside host that no route takes:
+                    // to the CPM, which answers with a destination unreachable (no session
+                    // is set up for it), or a ping of the gateway with its echo reply.
+                    meta.to_cpu = 1;
+                    meta.cpu_reason = CPU_REASON_NO_ROUTE;
+                } else if (meta.session_hit == 1 && (meta.spm_port == 0 || meta.returned == 1)) {
+                    // A session's packet that leaves by its route: the route's verdict holds.
+                    meta.meter_class = meta.session_class;
+                    meta.drop_fwd = meta.route_drop;
+                } else if (meta.session_hit == 1) {
+                    // To the session's SPM.
+                    meta.meter_class = meta.session_class;
+                } else if (meta.returned == 0 && meta.needs_inspection == 1
+                        && meta.sel_spm_port == 0 && meta.spm_fail_open == 0) {
+                    // A new flow whose class needs an SPM when none is up, failing closed.
+                    meta.meter_class = meta.ids_class;
+                    meta.spm_port = 0;
+                    meta.spm_mac = meta.sel_spm_mac;
+                    meta.drop_session = DROP_NO_SPM;
+                    meta.drop_fwd = meta.route_drop;
+                } else if (meta.returned == 1 || meta.sel_spm_port == 0) {
+                    // Back from its SPM, or a new flow without inspection (or failing open):
+                    // leaves by its route.
+                    meta.meter_class = meta.ids_class;
+                    meta.spm_port = 0;
+                    meta.spm_mac = meta.sel_spm_mac;
+                    meta.drop_fwd = meta.route_drop;
+                } else {
+                    // A new flow goes to the SPM the selector chose.
+                    meta.meter_class = meta.ids_class;
+                    meta.spm_port = meta.sel_spm_port;
+                    meta.spm_mac = meta.sel_spm_mac;
+                }
+                // Neither expiring nor unroutable (the only steps so far that send a packet to
+                // the CPU): set up a session. A test of its own, not nested after the merge
+                // above: on Tofino 1 a step that follows others in a block waits for them.
+                if (meta.to_cpu == 0 && meta.returned_nat_done == 0) {
+                    session_setup.apply(hdr, meta);
 #ifdef OG_FLOW_SLOTS
-                            flow_slot_verdict.apply(hdr, meta);
+                    flow_slot_verdict.apply(hdr, meta);
 #endif
 #ifdef OG_DP_SESSIONS
-                            // A rewrite that does not change the route, last: a masquerade or
-                            // a forward's reply the data plane carries, or a forward undone for
-                            // the CPU.
-                            if (meta.dp_late_nat == 1) {
-                                late_nat.apply(hdr, meta);
-                            }
-#endif
-                        }
+                    // A rewrite that does not change the route, last: a masquerade or a
+                    // forward's reply the data plane carries, or a forward undone for the CPU.
+                    if (meta.dp_late_nat == 1) {
+                        late_nat.apply(hdr, meta);
                     }
+#endif
                 }
                 forwarding.apply(hdr, meta);
             }

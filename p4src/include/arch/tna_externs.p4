@@ -107,5 +107,8 @@
 
 // L4 checksum after NAT: the deparser's Checksum extern recomputes it (see OG_PARSER_TCP).
 #define OG_L4_CSUM_REPLACE(meta, csum, old_v, new_v, old_p, new_p) meta.l4_checksum_update = 1
+// The deparser's UDP update sends a checksum of 0 as 0xffff itself; a test of the field here
+// would see its old value and cost the NAT rewrite a second stage.
+#define OG_UDP_CSUM_REPLACE(meta, csum, old_v, new_v, old_p, new_p) meta.l4_checksum_update = 1
 
 #endif

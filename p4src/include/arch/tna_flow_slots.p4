@@ -278,7 +278,7 @@ control FlowSlotVerdict(inout headers_t hdr, inout local_metadata_t meta) {
                 // Claimed by a packet that its second pass did not permit: no session.
                 meta.drop_setup = DROP_NO_SESSION;
             } else if (meta.spm_port == 0) {
-                og_set_forwarding_drop(hdr, meta)
+                meta.drop_fwd = meta.route_drop;
             } else {
                 meta.drop_fwd = DROP_NONE;
             }

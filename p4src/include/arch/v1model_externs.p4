@@ -62,4 +62,11 @@
 #define OG_L4_CSUM_REPLACE(meta, csum, old_v, new_v, old_p, new_p) \
     csum = csum_replace(csum, old_v, new_v, old_p, new_p)
 
+// The same for a UDP checksum, which is sent as 0xffff when it comes out as 0 (0 means none).
+#define OG_UDP_CSUM_REPLACE(meta, csum, old_v, new_v, old_p, new_p) \
+    csum = csum_replace(csum, old_v, new_v, old_p, new_p); \
+    if (csum == 0) { \
+        csum = 0xffff; \
+    }
+
 #endif

@@ -143,11 +143,8 @@ control Nat(inout headers_t hdr, inout local_metadata_t meta) {
                 hdr.tcp.sport = meta.nat_port;
             } else if (hdr.udp.isValid()) {
                 if (hdr.udp.checksum != 0) {
-                    OG_L4_CSUM_REPLACE(meta, hdr.udp.checksum, old_addr, meta.nat_addr,
-                                                    hdr.udp.sport, meta.nat_port);
-                    if (hdr.udp.checksum == 0) {
-                        hdr.udp.checksum = 0xffff;
-                    }
+                    OG_UDP_CSUM_REPLACE(meta, hdr.udp.checksum, old_addr, meta.nat_addr,
+                                        hdr.udp.sport, meta.nat_port);
                 }
                 hdr.udp.sport = meta.nat_port;
             } else if (hdr.icmp.isValid() && hdr.icmp.icmp_type == ICMP_ECHO_REQUEST) {
@@ -175,11 +172,8 @@ control Nat(inout headers_t hdr, inout local_metadata_t meta) {
                 hdr.tcp.dport = meta.nat_port;
             } else if (hdr.udp.isValid()) {
                 if (hdr.udp.checksum != 0) {
-                    OG_L4_CSUM_REPLACE(meta, hdr.udp.checksum, old_addr, meta.nat_addr,
-                                                    hdr.udp.dport, meta.nat_port);
-                    if (hdr.udp.checksum == 0) {
-                        hdr.udp.checksum = 0xffff;
-                    }
+                    OG_UDP_CSUM_REPLACE(meta, hdr.udp.checksum, old_addr, meta.nat_addr,
+                                        hdr.udp.dport, meta.nat_port);
                 }
                 hdr.udp.dport = meta.nat_port;
             } else if (hdr.icmp.isValid() && hdr.icmp.icmp_type == ICMP_ECHO_REPLY) {

@@ -14,6 +14,7 @@ control Routing(inout headers_t hdr, inout local_metadata_t meta) {
     @name(".no_route")
     action no_route() {
         meta.routed = 0;
+        meta.route_drop = DROP_NO_ROUTE;
     }
 
     @name(".routing")
@@ -26,17 +27,16 @@ control Routing(inout headers_t hdr, inout local_metadata_t meta) {
         size = ROUTE_TABLE_SIZE;
     }
 
-    // Whether the packet drops for want of a route or TTL, decided as soon as the route is known.
-    // Not for a packet that goes to an SPM: the session's SPM on a hit (spm_port here is still
-    // the session's; OgIngress merges the selector's choice after this step), the selector's on
-    // a miss. Nor for a packet that goes to the CPU instead, which SessionSetup decides later
-    // and DropDecision takes into account.
+    // Whether the route would drop the packet (route_drop): for want of TTL, set before the
+    // lookup, and for want of a route, by the lookup's miss, which comes first, so that the
+    // verdict is known with the route and not a stage after it. Whether the packet leaves by its
+    // route (not to an SPM, not to the CPU) is known later: OgIngress and SessionSetup turn
+    // route_drop into drop_fwd then.
     apply {
-        routing.apply();
-        if (meta.returned == 1 || (meta.session_hit == 1 && meta.spm_port == 0)
-                || (meta.session_hit == 0 && meta.sel_spm_port == 0)) {
-            og_set_forwarding_drop(hdr, meta)
+        if (hdr.ipv4.ttl <= 1) {
+            meta.route_drop = DROP_TTL_EXPIRED;
         }
+        routing.apply();
     }
 }
 

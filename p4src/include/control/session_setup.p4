@@ -481,7 +481,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             // Steering's "no SPM up" was about a new flow; this one keeps its SPM, like a session.
             meta.drop_session = DROP_NONE;
             if (meta.spm_port == 0) {
-                og_set_forwarding_drop(hdr, meta)
+                meta.drop_fwd = meta.route_drop;
             } else {
                 meta.drop_fwd = DROP_NONE;
             }
@@ -535,21 +535,23 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
 
         if (meta.session_hit == 1 || meta.flow_hit == 1) {
             // A session carries the packet.
+        } else if (meta.returned == 1
+                && (meta.snat_required == 1 || meta.dnat_required == 1) && meta.dp_dnat == 0) {
+            // Back from its SPM without a session: a NAT flow needs its session. (A forward the
+            // data plane carries was admitted on its way to the SPM and is rewritten by its
+            // rule.)
+            meta.drop_setup = DROP_NAT_NO_SESSION;
         } else if (meta.returned == 1) {
-            // (A forward the data plane carries was admitted on its way to the SPM and is
-            // rewritten by its rule; any other NAT flow needs its session.)
-            if ((meta.snat_required == 1 || meta.dnat_required == 1) && meta.dp_dnat == 0) {
-                meta.drop_setup = DROP_NAT_NO_SESSION;
-            }
+            // Back from its SPM without a session, no NAT: as it was admitted.
         } else if (meta.acl_verdict == ACL_DENY) {
             meta.drop_setup = DROP_ACL_DENY;
         } else if (meta.acl_verdict == ACL_TO_CPU) {
             meta.to_cpu = 1;
             meta.cpu_reason = CPU_REASON_ACL;
-        } else if (hdr.tcp.isValid()
-                && (hdr.tcp.flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) != TCP_FLAG_SYN) {
-            meta.drop_setup = DROP_NO_SESSION;
-        } else if (hdr.icmp.isValid() && hdr.icmp.icmp_type == ICMP_ECHO_REPLY) {
+        } else if ((hdr.tcp.isValid()
+                        && (hdr.tcp.flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) != TCP_FLAG_SYN)
+                || (hdr.icmp.isValid() && hdr.icmp.icmp_type == ICMP_ECHO_REPLY)) {
+            // Not an opening packet (one assignment for both: a Tofino stage holds 16 tables).
             meta.drop_setup = DROP_NO_SESSION;
         } else if (hdr.icmp.isValid() && hdr.icmp.icmp_type != ICMP_ECHO_REQUEST) {
             // Errors, unreachables...: permitted by the ACL alone, no session.
@@ -558,8 +560,8 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             meta.drop_setup = DROP_CPU_LOOP;
         } else {
             // A permitted opening packet: a new session.
-            bool nat = meta.snat_required == 1 || meta.dnat_required == 1;
 #ifdef OG_DP_SESSIONS
+            bool nat = meta.snat_required == 1 || meta.dnat_required == 1;
             meter_color_t color = METER_GREEN;
             OG_METER_EXECUTE(new_flow_meter, hdr.ipv4.src_addr[11:0], color);
             bool claimed = false;
@@ -639,6 +641,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             }
 #elif defined(OG_FLOW_SLOTS)
             // Tofino: a flow without NAT that has a free way claims it in a second pass.
+            bool nat = meta.snat_required == 1 || meta.dnat_required == 1;
             meter_color_t color = METER_GREEN;
             if (meta.flow_claim == 0) {
                 OG_METER_EXECUTE(new_flow_meter, hdr.ipv4.src_addr[11:0], color);
@@ -666,7 +669,9 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                 }
             }
 #else
-            if (nat) {
+            // The test itself, not a variable: an assignment before it would cost Tofino 1 a
+            // stage.
+            if (meta.snat_required == 1 || meta.dnat_required == 1) {
                 meta.to_cpu = 1;
                 meta.cpu_reason = CPU_REASON_SESSION_NAT;
             } else {
