@@ -110,3 +110,55 @@ def test_every_architecture_hook_is_defined_by_both_shells() -> None:
         assert not missing, (
             f"{externs} lacks {sorted(missing)} (used in {sorted(set(missing.values()))})"
         )
+
+
+def _p4_macro(text: str, name: str) -> str:
+    """The body of a function-like `#define name(...)` in `text`, its continuation lines joined."""
+    match = re.search(rf"^#define {name}\([^)]*\) \\\n((?:.*\\\n)*.*)$", text, re.MULTILINE)
+    assert match, f"no #define {name} in headers.p4"
+    return " ".join(line.rstrip("\\").strip() for line in match.group(1).splitlines())
+
+
+def _as_python(expr: str) -> str:
+    """A P4 boolean expression over `(meta).field` and constants, as Python over `m.field`."""
+    expr = expr.replace("(meta).", "m.").replace("&&", " and ").replace("||", " or ")
+    expr = re.sub(r"!(?!=)", " not ", expr)
+    return re.sub(r"\bog_admitted\(meta\)", "admitted(m)", expr)
+
+
+def test_session_lookup_test_is_the_admission_and_ttl_tests_it_replaces() -> None:
+    """og_session_lookup, written out by port role so that one Tofino gateway tests it, admits
+    exactly the packets og_admitted admits, not back from an SPM with NAT done, that do not
+    expire here (og_expires_here): every combination of the fields they read, every role."""
+    from types import SimpleNamespace
+
+    root = repo_root() / "p4src" / "include"
+    headers = (root / "headers.p4").read_text()
+    roles = {
+        name: int(value)
+        for name, value in re.findall(
+            r"const port_role_t (ROLE_\w+)\s*=\s*(\d+);", (root / "defines.p4").read_text()
+        )
+    }
+    assert {"ROLE_UNKNOWN", "ROLE_INSIDE", "ROLE_OUTSIDE", "ROLE_SPM", "ROLE_CPU"} <= set(roles)
+    scope: dict[str, object] = dict(roles)
+    admitted = eval(f"lambda m: {_as_python(_p4_macro(headers, 'og_admitted'))}", scope)
+    scope["admitted"] = admitted
+    expires = eval(f"lambda m: {_as_python(_p4_macro(headers, 'og_expires_here'))}", scope)
+    lookup = eval(f"lambda m: {_as_python(_p4_macro(headers, 'og_session_lookup'))}", scope)
+    checked = 0
+    for role in sorted(roles.values()):
+        for bits in range(64):
+            m = SimpleNamespace(
+                port_role=role,
+                drop_valid=bits & 1,
+                drop_tag=(bits >> 1) & 1,
+                returned_nat_done=(bits >> 2) & 1,
+                tagged=(bits >> 3) & 1,
+                last_hop=(bits >> 4) & 1,
+                routed=(bits >> 5) & 1,  # read by neither: must not matter
+            )
+            want = admitted(m) and m.returned_nat_done == 0 and not expires(m)
+            assert bool(lookup(m)) == bool(want), vars(m)
+            checked += 1
+    assert checked == 64 * len(roles)
