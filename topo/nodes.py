@@ -52,7 +52,21 @@ class NetnsHost(Host):  # type: ignore[misc]
         return super().popen(*args, **kwargs)
 
 
-class LanBridge(Switch):  # type: ignore[misc]
+class RootNamespaceSwitch(Switch):  # type: ignore[misc]
+    """A switch node in the root namespaces, whose commands run as they are.
+
+    Stock Mininet runs them with `mnexec -a <pid>`, which joins the shell's mount namespace:
+    that puts the command at the namespace's root, outside a chroot, and its working directory
+    may not exist there (`links` then reported every switch interface MISSING in a Debian
+    chroot). These nodes share the caller's namespaces, so there is nothing to join.
+    """
+
+    def popen(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("mncmd", ["mnexec", "-d"])
+        return super().popen(*args, **kwargs)
+
+
+class LanBridge(RootNamespaceSwitch):
     """A LAN segment: a Linux bridge made with iproute2 (no Open vSwitch, no controller)."""
 
     def __init__(self, name: str, **params: Any) -> None:
@@ -75,7 +89,7 @@ class LanBridge(Switch):  # type: ignore[misc]
         super().stop(deleteIntfs)
 
 
-class P4Npm(Switch):  # type: ignore[misc]
+class P4Npm(RootNamespaceSwitch):
     """An NPM: the selected P4 target (BMv2 or the built-in switch) on this node's interfaces,
     port numbers as given to addLink, P4Runtime on a free loopback port."""
 
