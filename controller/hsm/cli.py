@@ -175,8 +175,7 @@ def _compile(args: argparse.Namespace, inputs: _Inputs) -> CompiledTables:
     limits, hybrid = None, True
     if getattr(args, "p4info", None):
         limits = limits_from_p4info(Path(args.p4info))
-        hybrid = any(t in limits for t in schema.SPILL_TABLES.values())
-        limits = {**{t: 0 for t in schema.HYBRID_TABLES}, **limits}
+        hybrid = any(limits[t] for t in schema.SPILL_TABLES.values())
     with _progress() as progress:
         try:
             return compile_tables(
@@ -193,7 +192,7 @@ def _compile(args: argparse.Namespace, inputs: _Inputs) -> CompiledTables:
 
 def limits_from_p4info(path: Path) -> dict[str, int]:
     """Entries per bank (half the size) of the classification tables a P4Info declares; bf-p4c
-    names its tables `pipe.<name>`."""
+    names its tables `pipe.<name>`. A hybrid table the program lacks holds nothing (0)."""
     try:
         info = P4Schema.load(path).p4info
     except (OSError, UnicodeDecodeError, text_format.ParseError, DecodeError) as exc:
@@ -207,7 +206,7 @@ def limits_from_p4info(path: Path) -> dict[str, int]:
     missing = [t for t in schema.HSM_TABLES if t not in limits]
     if missing and not (schema.ACL_NAIVE in limits and schema.IDS_NAIVE in limits):
         raise ConfigError(f"--p4info {path}: no HSM tables ({', '.join(missing)}) nor naive ones")
-    return limits
+    return {**{t: 0 for t in schema.HYBRID_TABLES}, **limits}
 
 
 def run_compile(args: argparse.Namespace) -> int:

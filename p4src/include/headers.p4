@@ -342,6 +342,15 @@ struct local_metadata_t {
     agg_index_t   ids_addr_index;
     agg_index_t   ids_port_index;
 #ifdef OG_HSM_SPILL
+    // The spill tables' rules, and how far HSM's come after them (Classify's merge).
+    rule_id_t     spill_acl_rule;
+    rule_id_t     acl_spill_gap;
+#endif
+#ifdef OG_HSM_IDS_SPILL
+    rule_id_t     spill_ids_rule;
+    rule_id_t     ids_spill_gap;
+#endif
+#ifdef OG_HSM_PARTITIONS
     // The hybrid's second and third ACL partitions (Classify): their own classes of each field
     // and pair.
     seg_index_t   acl2_sa_index;

@@ -58,9 +58,22 @@
 #define OG_REGISTER(type, name, size) Register<type, bit<32>>((bit<32>)(size)) name
 // ICMP errors related to a session need the slots above; on Tofino they meet the ACL alone.
 #undef OG_ICMP_RELATED
-// The HSM spill tables (two more priority ternary tables with range keys) have not been fitted
-// into Tofino's stages and TCAM yet: the TNA build classifies with HSM alone or the naive profile.
+// The hybrid's ACL spill table (Classify), on Tofino 2: HSM's rules plus up to 256 spilled ones per
+// bank. On Tofino 1 it and its merge need a thirteenth stage (README "The HSM / IPP rule
+// compiler"). The IDS spill table and the second and third ACL partitions are v1model's alone (the
+// IDS headers fit Tofino 2's larger class table instead).
+#if __TARGET_TOFINO__ == 2
+#define OG_HSM_SPILL
+#else
 #undef OG_HSM_SPILL
+#endif
+#undef OG_HSM_IDS_SPILL
+#undef OG_HSM_PARTITIONS
+// A gateway compares a field with a constant only: HSM's final ACL action takes the saturating
+// difference of its rule and the spilled one (non-zero when the spilled rule comes first), and the
+// merge tests that.
+#define OG_SPILL_GAP(gap, rule, spill_rule) gap = (rule) |-| (spill_rule);
+#define OG_SPILL_FIRST(gap, spill_rule, rule) ((gap) != 0)
 
 #define OG_WIRE_CPU_PORT OG_TOFINO_CPU_PORT
 

@@ -26,7 +26,14 @@
 #define ACL_VERDICT_TABLE_SIZE    32768
 #define IDS_ADDR_PAIR_TABLE_SIZE  4096
 #define IDS_PORT_PAIR_TABLE_SIZE  4096
+#if __TARGET_TOFINO__ == 2
+// The hybrid (OG_HSM_SPILL): 256 spilled ACL rules per bank; the community IDS headers without a
+// spill table need 15,504 class entries per bank.
+#define IDS_CLASS_TABLE_SIZE      32768
+#define ACL_SPILL_TABLE_SIZE      512
+#else
 #define IDS_CLASS_TABLE_SIZE      4096
+#endif
 #define CLASS_TABLE_SIZE          256
 #define SPM_POOL_SIZE             1024
 #define SPM_MAX_GROUP_SIZE        120

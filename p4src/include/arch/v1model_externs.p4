@@ -29,8 +29,13 @@
 #define OG_ICMP_RELATED
 
 // HSM spill tables (Classify): the rules the compiler keeps out of the cross products, in two
-// small priority ternary tables looked up beside them.
+// small priority ternary tables looked up beside them; and the second and third ACL partitions.
 #define OG_HSM_SPILL
+#define OG_HSM_IDS_SPILL
+#define OG_HSM_PARTITIONS
+// Which of a spilled rule and HSM's comes first: compared where they meet.
+#define OG_SPILL_GAP(gap, rule, spill_rule)
+#define OG_SPILL_FIRST(gap, spill_rule, rule) ((spill_rule) < (rule))
 
 // The CPU port as the parser sees it (the same number as the pipeline's CPU_PORT on v1model).
 #define OG_WIRE_CPU_PORT CPU_PORT

@@ -6,42 +6,57 @@
 // controller writes a new rule set into the idle bank and flips `classifier_version`, so no packet
 // sees half old, half new tables.
 //
-// Hybrid (where the shell defines OG_HSM_SPILL): rules the compiler spills out of the cross
-// products (those that blow them up) sit in a small priority ternary table per rule set,
-// `acl_spill` and `ids_spill`, banked like the rest and looked up beside HSM; of the two results
-// the rule that comes first wins (rule ids are positions in the rule set), so the verdict is
-// still first-match linear search over all the rules. The hybrid also has a second and a third ACL
-// partition: the compiler puts the rules wide in the source (and not in the destination) into
-// tables of their own (`acl2_addr_pair`, `acl2_port_pair`, `acl2_verdict`, over indexes the same
-// segment lookups return) and the rules the other way round into a third chain (`acl3_*`), so
-// that the kinds of rules do not meet in one cross product; again the rule that comes first of the
-// partitions' (and the spill tables') results wins.
+// Hybrid (where the shell defines OG_HSM_SPILL, OG_HSM_IDS_SPILL): rules the compiler spills out
+// of the cross products (those that blow them up) sit in a small priority ternary table per rule
+// set, `acl_spill` and `ids_spill`, banked like the rest and looked up beside HSM; of the two
+// results the rule that comes first wins (rule ids are positions in the rule set), so the verdict
+// is still first-match linear search over all the rules. The hybrid (OG_HSM_PARTITIONS) also has a
+// second and a third ACL partition: the compiler puts the rules wide in the source (and not in the
+// destination) into tables of their own (`acl2_addr_pair`, `acl2_port_pair`, `acl2_verdict`, over
+// indexes the same segment lookups return) and the rules the other way round into a third chain
+// (`acl3_*`), so that the kinds of rules do not meet in one cross product; again the rule that
+// comes first of the partitions' (and the spill tables') results wins.
 //
 // -DWITH_NAIVE_ACL: one priority ternary table per rule set, the baseline the benchmark compares.
 #ifndef OPENGATE_CONTROL_CLASSIFY_P4
 #define OPENGATE_CONTROL_CLASSIFY_P4
 
 control Classify(inout headers_t hdr, inout local_metadata_t meta) {
+#ifdef OG_HSM_SPILL
+#define ACL_SPILL_GAP(rule) OG_SPILL_GAP(meta.acl_spill_gap, rule, meta.acl_rule)
+#else
+#define ACL_SPILL_GAP(rule)
+#endif
+#ifdef OG_HSM_IDS_SPILL
+#define IDS_SPILL_GAP(rule) OG_SPILL_GAP(meta.ids_spill_gap, rule, meta.ids_rule)
+#else
+#define IDS_SPILL_GAP(rule)
+#endif
+
     @name(".acl_permit")
     action acl_permit(rule_id_t rule_id) {
+        ACL_SPILL_GAP(rule_id)
         meta.acl_verdict = ACL_PERMIT;
         meta.acl_rule = rule_id;
     }
 
     @name(".acl_deny")
     action acl_deny(rule_id_t rule_id) {
+        ACL_SPILL_GAP(rule_id)
         meta.acl_verdict = ACL_DENY;
         meta.acl_rule = rule_id;
     }
 
     @name(".acl_to_cpu")
     action acl_to_cpu(rule_id_t rule_id) {
+        ACL_SPILL_GAP(rule_id)
         meta.acl_verdict = ACL_TO_CPU;
         meta.acl_rule = rule_id;
     }
 
     @name(".set_ids_class")
     action set_ids_class(class_id_t class_id, rule_id_t rule_id) {
+        IDS_SPILL_GAP(rule_id)
         meta.ids_class = class_id;
         meta.ids_rule = rule_id;
     }
@@ -94,7 +109,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         size = 1;
     }
 
-#ifdef OG_HSM_SPILL
+#ifdef OG_HSM_PARTITIONS
     // The segment actions also give the second and third ACL partitions' indexes (the last
     // parameters, so the others keep their P4Runtime ids).
 #define PARTITION_INDEX_PARAMS , seg_index_t acl2_index, seg_index_t acl3_index
@@ -301,7 +316,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         size = IDS_CLASS_TABLE_SIZE;
     }
 
-#ifdef OG_HSM_SPILL
+#ifdef OG_HSM_PARTITIONS
     // The second and third ACL partitions: the same chain as the first over their own indexes; a
     // miss in a partition's final table leaves the verdict found so far.
 #define NAME_STR(x) #x
@@ -354,6 +369,9 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
                      ACL2_VERDICT_TABLE_SIZE)
     ACL_PARTITION_CHAIN(acl3, ACL3_ADDR_PAIR_TABLE_SIZE, ACL3_PORT_PAIR_TABLE_SIZE,
                      ACL3_VERDICT_TABLE_SIZE)
+#endif
+
+#ifdef OG_HSM_SPILL
 
     @name(".acl_spill")
     table acl_spill {
@@ -370,6 +388,9 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         size = ACL_SPILL_TABLE_SIZE;
     }
 
+#endif
+
+#ifdef OG_HSM_IDS_SPILL
     @name(".ids_spill")
     table ids_spill {
         key = {
@@ -388,17 +409,20 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
 
     apply {
         classifier_version.apply();
+        // The spilled rules first; HSM's verdict below overwrites the metadata (its action taking
+        // the gap to the spilled rule, where the target needs it), then the rule that comes first
+        // of the two is kept.
 #ifdef OG_HSM_SPILL
-        // The spilled rules first; HSM's verdict below overwrites the metadata, then the rule
-        // that comes first of the two is kept.
         meta.acl_rule = RULE_NONE;
-        meta.ids_rule = RULE_NONE;
         acl_spill.apply();
-        ids_spill.apply();
         acl_verdict_t spill_verdict = meta.acl_verdict;
-        rule_id_t spill_acl_rule = meta.acl_rule;
+        meta.spill_acl_rule = meta.acl_rule;
+#endif
+#ifdef OG_HSM_IDS_SPILL
+        meta.ids_rule = RULE_NONE;
+        ids_spill.apply();
         class_id_t spill_class = meta.ids_class;
-        rule_id_t spill_ids_rule = meta.ids_rule;
+        meta.spill_ids_rule = meta.ids_rule;
 #endif
         sa_segment.apply();
         da_segment.apply();
@@ -408,7 +432,7 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         acl_addr_pair.apply();
         acl_port_pair.apply();
         acl_verdict.apply();
-#ifdef OG_HSM_SPILL
+#ifdef OG_HSM_PARTITIONS
         acl2_addr_pair.apply();
         acl2_port_pair.apply();
         acl3_addr_pair.apply();
@@ -432,13 +456,15 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         ids_port_pair.apply();
         ids_classification.apply();
 #ifdef OG_HSM_SPILL
-        if (spill_acl_rule < meta.acl_rule) {
+        if (OG_SPILL_FIRST(meta.acl_spill_gap, meta.spill_acl_rule, meta.acl_rule)) {
             meta.acl_verdict = spill_verdict;
-            meta.acl_rule = spill_acl_rule;
+            meta.acl_rule = meta.spill_acl_rule;
         }
-        if (spill_ids_rule < meta.ids_rule) {
+#endif
+#ifdef OG_HSM_IDS_SPILL
+        if (OG_SPILL_FIRST(meta.ids_spill_gap, meta.spill_ids_rule, meta.ids_rule)) {
             meta.ids_class = spill_class;
-            meta.ids_rule = spill_ids_rule;
+            meta.ids_rule = meta.spill_ids_rule;
         }
 #endif
     }
