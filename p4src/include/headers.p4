@@ -194,9 +194,11 @@ struct session_close_t {
 
 // A packet whose TTL runs out at the gateway, sent to it (a unicast frame) for a unicast address
 // (meta.last_hop, from its headers alone). Multicast and broadcast (TTL 1 is common there: SSDP,
-// IGMP) are never answered, and are dropped as before.
+// IGMP) are never answered, and are dropped as before. Written as bit tests (TTL 0 or 1; not
+// 224.0.0.0/3, i.e. below 0xe0 in the first byte), which a Tofino gateway matches exactly: as
+// ranges, bf-p4c failed on them in the slots build ("bad gateway field layout for range match").
 #define og_last_hop(hdr) \
-    ((hdr).ipv4.ttl <= 1 && (hdr).ethernet.dst_addr[40:40] == 0 && (hdr).ipv4.dst_addr[31:28] < 0xe)
+    ((hdr).ipv4.ttl[7:1] == 0 && (hdr).ethernet.dst_addr[40:40] == 0 && (hdr).ipv4.dst_addr[31:29] != 7)
 
 // Such a packet from an inside host: the CPM answers it with a time exceeded.
 #define og_expires_here(meta) \
@@ -210,7 +212,7 @@ struct session_close_t {
     (og_admitted(meta) && (meta).port_role == ROLE_INSIDE && (meta).routed == 0 \
      && (meta).drop_session == 0 \
      && ((meta).session_hit == 1 || (meta).acl_verdict == ACL_PERMIT) \
-     && (hdr).ethernet.dst_addr[40:40] == 0 && (hdr).ipv4.dst_addr[31:28] < 0xe)
+     && (hdr).ethernet.dst_addr[40:40] == 0 && (hdr).ipv4.dst_addr[31:29] != 7)
 
 struct local_metadata_t {
     // Architecture-neutral view of the intrinsic metadata (filled and consumed by the shell).

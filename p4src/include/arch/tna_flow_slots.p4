@@ -145,6 +145,49 @@ control FlowSlotWays(inout headers_t hdr, inout local_metadata_t meta) {
         }
     };
 
+    // One table per register, so that its RegisterActions share the register's stage: the
+    // CPM's end of a flow, pass 2's claim in the way to claim, or pass 1's lookup.
+    action way0_do_lookup() { meta.flow_way0_found = way0_lookup.execute(meta.flow_way0); }
+    action way0_do_claim() { meta.flow_way0_found = way0_claim.execute(meta.flow_way0); }
+    action way0_do_end() { meta.flow_way0_found = way0_end.execute(meta.flow_way0); }
+    action way1_do_lookup() { meta.flow_way1_found = way1_lookup.execute(meta.flow_way1); }
+    action way1_do_claim() { meta.flow_way1_found = way1_claim.execute(meta.flow_way1); }
+    action way1_do_end() { meta.flow_way1_found = way1_end.execute(meta.flow_way1); }
+    table way0_op {
+        key = {
+            hdr.packet_out.isValid() : ternary;
+            hdr.packet_out.end_flow  : ternary;
+            meta.flow_claim          : ternary;
+            meta.flow_claim_way      : ternary;
+        }
+        actions = { way0_do_lookup; way0_do_claim; way0_do_end; NoAction; }
+        const entries = {
+            (true, 1, _, _) : way0_do_end();
+            (_, _, 1, 0) : way0_do_claim();
+            (_, _, 1, 1) : NoAction();
+            (_, _, 0, _) : way0_do_lookup();
+        }
+        const default_action = NoAction();
+        size = 4;
+    }
+    table way1_op {
+        key = {
+            hdr.packet_out.isValid() : ternary;
+            hdr.packet_out.end_flow  : ternary;
+            meta.flow_claim          : ternary;
+            meta.flow_claim_way      : ternary;
+        }
+        actions = { way1_do_lookup; way1_do_claim; way1_do_end; NoAction; }
+        const entries = {
+            (true, 1, _, _) : way1_do_end();
+            (_, _, 1, 1) : way1_do_claim();
+            (_, _, 1, 0) : NoAction();
+            (_, _, 0, _) : way1_do_lookup();
+        }
+        const default_action = NoAction();
+        size = 4;
+    }
+
     apply {
         meta.flow_way0_found = 0;
         meta.flow_way1_found = 0;
@@ -170,19 +213,8 @@ control FlowSlotWays(inout headers_t hdr, inout local_metadata_t meta) {
         meta.flow_looked_up = 1;
         meta.flow_way0 = way0;
         meta.flow_way1 = way1;
-        if (end_flow) {
-            meta.flow_way0_found = way0_end.execute(way0);
-            meta.flow_way1_found = way1_end.execute(way1);
-        } else if (meta.flow_claim == 1) {
-            if (meta.flow_claim_way == 0) {
-                meta.flow_way0_found = way0_claim.execute(way0);
-            } else {
-                meta.flow_way1_found = way1_claim.execute(way1);
-            }
-        } else {
-            meta.flow_way0_found = way0_lookup.execute(way0);
-            meta.flow_way1_found = way1_lookup.execute(way1);
-        }
+        way0_op.apply();
+        way1_op.apply();
     }
 }
 

@@ -44,13 +44,10 @@
 #define PORT_COUNTER_SIZE         512
 #define FLOW_SLOTS                65536
 // Data-plane sessions (arch/tna_flow_slots.p4): two ways of FLOW_WAY_SLOTS slots each.
-#if __TARGET_TOFINO__ == 2
-#define FLOW_WAY_SLOTS            65536
-#define FLOW_WAY_BITS             16
-#else
+// 65,536 per way on Tofino 2 could not be placed beside its session table (no stage had the
+// SRAM for a way's register and its table), 32,768 could.
 #define FLOW_WAY_SLOTS            32768
 #define FLOW_WAY_BITS             15
-#endif
 #define NEW_FLOW_METERS           4096
 #define FLOW_AGEING_TABLE_SIZE    256
 #define CPU_SOURCE_METERS         4096

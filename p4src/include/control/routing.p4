@@ -33,7 +33,7 @@ control Routing(inout headers_t hdr, inout local_metadata_t meta) {
     // route (not to an SPM, not to the CPU) is known later: OgIngress and SessionSetup turn
     // route_drop into drop_fwd then.
     apply {
-        if (hdr.ipv4.ttl <= 1) {
+        if (hdr.ipv4.ttl[7:1] == 0) {  // TTL 0 or 1 (a bit test: og_last_hop, headers.p4)
             meta.route_drop = DROP_TTL_EXPIRED;
         }
         routing.apply();
@@ -74,7 +74,7 @@ control Forwarding(inout headers_t hdr, inout local_metadata_t meta) {
             meta.egress_port = meta.spm_port;
             hdr.ethernet.dst_addr = meta.spm_mac;
             hdr.ethernet.src_addr = TAG_MAC_PREFIX ++ out_tag;
-        } else if (meta.routed == 1 && hdr.ipv4.ttl > 1) {
+        } else if (meta.routed == 1 && hdr.ipv4.ttl[7:1] != 0) {
             hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
             hdr.ethernet.dst_addr = meta.next_hop_mac;
             if (meta.router_mac_known == 1) {
