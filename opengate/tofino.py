@@ -39,7 +39,7 @@ DEFAULT_PREFIX = Path("/opt/bf")
 class Build:
     target: str  # tofino | tofino2
     arch: str  # tna | t2na
-    profile: str  # default | naive_acl
+    profile: str  # default | naive_acl | dp_sessions
     defines: tuple[str, ...]
 
     @property
@@ -47,13 +47,16 @@ class Build:
         return f"{self.target}-{self.profile}"
 
 
-# Tofino 1 (tna) and Tofino 2 (t2na), each with both profiles. bf-p4c defines __TARGET_TOFINO__
-# (1 or 2), which picks the architecture include and the CPU port in include/arch/tna_externs.p4.
+# Tofino 1 (tna) and Tofino 2 (t2na), each with both profiles, and Tofino 2 with the data-plane
+# session slots (dp_sessions: flows without NAT, arch/tna_flow_slots.p4). bf-p4c defines
+# __TARGET_TOFINO__ (1 or 2), which picks the architecture include and the CPU port in
+# include/arch/tna_externs.p4.
 BUILDS: tuple[Build, ...] = (
     Build("tofino", "tna", "default", ()),
     Build("tofino", "tna", "naive_acl", ("-DWITH_NAIVE_ACL",)),
     Build("tofino2", "t2na", "default", ()),
     Build("tofino2", "t2na", "naive_acl", ("-DWITH_NAIVE_ACL",)),
+    Build("tofino2", "t2na", "dp_sessions", ("-DOG_TNA_DP_SESSIONS",)),
 )
 
 # The compiler's own text reports copied into the summary, if it wrote them.

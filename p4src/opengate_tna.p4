@@ -190,7 +190,7 @@ control TnaIngressDeparser(packet_out pkt, inout tna_headers_t hdr, in local_met
                 meta.key_sport, meta.key_dport, meta.ingress_port, meta.acl_rule,
                 meta.ids_class, meta.spm_port, meta.spm_mac
 #ifdef OG_FLOW_SLOTS
-                , meta.nat_addr, meta.nat_port, meta.nat_kind, meta.dp_session
+                , meta.dp_session
 #endif
             });
         }

@@ -138,10 +138,13 @@ struct session_request_t {
     class_id_t  ids_class;
     port_id_t   spm_port;
     mac_addr_t  spm_mac;
-#if defined(OG_DP_SESSIONS) || defined(OG_FLOW_SLOTS)
+#ifdef OG_DP_SESSIONS
+    // (Not on Tofino, whose slots carry no NAT flow and whose learning digest holds 48 bytes.)
     ipv4_addr_t nat_addr;            // the data plane's NAT binding of the flow: masqueraded
     l4_port_t   nat_port;            // as nat_addr:nat_port, or forwarded to it (0: no NAT)
     nat_kind_t  nat_kind;            // NAT_REWRITE_SRC or NAT_REWRITE_DST, of the first packet
+#endif
+#if defined(OG_DP_SESSIONS) || defined(OG_FLOW_SLOTS)
     bit<1>      dp_session;          // 1: a data-plane slot carries the flow (both directions
                                      // pass without exact entries); 0: it waits for them
 #endif
@@ -312,9 +315,11 @@ struct local_metadata_t {
     bit<1>       dp_dnat_now;        // PortForward rewrote the destination before routing
 #ifdef OG_FLOW_SLOTS
     // Data-plane sessions on Tofino (arch/tna_flow_slots.p4).
+    bit<32>      flow_addr_sum;      // src + dst, and...
+    l4_port_t    flow_port_sum;      // ...sport + dport: with the mixes, the key the hashes read
     bit<32>      flow_fingerprint;   // the third hash of the flow's key
-    bit<32>      flow_way0;          // the flow's slot in way 0...
-    bit<32>      flow_way1;          // ...and in way 1
+    bit<FLOW_WAY_BITS> flow_way0;    // the flow's slot in way 0...
+    bit<FLOW_WAY_BITS> flow_way1;    // ...and in way 1
     bit<1>       flow_looked_up;     // FlowSlotWays ran its RegisterActions...
     bit<8>       flow_way0_found;    // ...and what each way's found (FLOW_WAY_* in the file)
     bit<8>       flow_way1_found;

@@ -234,3 +234,28 @@ def test_the_v1model_slots_retire_themselves(
     assert pc.R_FLOW_STATE not in tofino.registers
     connection.schema = tofino
     assert connection.slots_retire_themselves
+
+
+def test_the_tofino2_slots_build_is_known_by_its_p4info(
+    switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
+) -> None:
+    """The committed P4Info of the Tofino 2 build with data-plane sessions (`make tofino`,
+    tofino2-dp_sessions) is what the CPM takes for Tofino's slots: end_flow frames, entries for
+    every flow. Its session digest reports dp_session without the NAT binding (Tofino's slots
+    carry no NAT flow, and its learning digest holds 48 bytes), which the CPM reads as no NAT."""
+    controller = make_controller(switch, policy=lab)
+    connection = controller.npms["npm1"]
+    path = repo_root() / "p4src" / "build" / "tofino" / "tofino2-dp_sessions.p4info.txtpb"
+    tna = P4Schema.load(path)
+    assert pc.R_FLOW_STATE not in tna.registers
+    connection.schema = tna
+    assert not connection.slots_retire_themselves
+    fields = tna.digest_fields(pc.D_SESSION_REQUEST_T)
+    assert "dp_session" in fields
+    assert not {"nat_addr", "nat_port", "nat_kind"} & set(fields)
+    v1model = P4Schema.load(repo_root() / "p4src" / "build" / "opengate.p4info.txtpb")
+    assert set(fields) == set(v1model.digest_fields(pc.D_SESSION_REQUEST_T)) - {
+        "nat_addr",
+        "nat_port",
+        "nat_kind",
+    }

@@ -28,8 +28,8 @@
 //   lifetime for every flow: a stateful ALU reads two PHV words, here the time and the
 //   fingerprint, so no per-protocol lifetime from flow_ageing. The flow's exact entries, which
 //   the CPM installs for every flow here, carry it with the policy's timeouts.
-// - Ending: the CPM's end_flow frame (packet_out.end_flow) clears the fingerprint of the flow's
-//   slot in either way if it is the flow's (the slot is free once it has aged out). The CPM sends
+// - Ending: the CPM's end_flow frame (packet_out.end_flow) dates the flow's slot in either way,
+//   if it is the flow's, one lease back (FLOW_SLOT_LEASE + 1 ticks): free at once. The CPM sends
 //   one for every session without NAT it removes: these slots do not notice that their flow's
 //   exact entries are gone (the v1model slots are retired by the flow's next packet).
 // - State is per pipe: both directions of a flow must enter the same pipe.
@@ -37,7 +37,7 @@
 #define OPENGATE_ARCH_TNA_FLOW_SLOTS_P4
 
 struct flow_way_t {
-    bit<32> fingerprint;  // never 0 for a flow (its low bit is set); 0: ended
+    bit<32> fingerprint;  // the flow's (0 before any flow: such a slot is free by its time)
     bit<32> seen;         // when a packet of the flow last found it
 }
 
@@ -46,8 +46,8 @@ struct flow_way_t {
 // claimed; for an end_flow frame ended), or free (pass 1: not alive).
 const bit<8> FLOW_PRED_FIRST = 2;  // the first comparison alone held
 const bit<8> FLOW_PRED_BOTH  = 8;  // both held
-#define FLOW_WAY_MINE(found) (meta.flow_looked_up == 1 \
-    && (((found) == FLOW_PRED_BOTH && meta.flow_claim == 0 && !FLOW_END_FRAME) \
+#define FLOW_WAY_MINE(found) (meta.flow_looked_up == 1                                              \
+    && (((found) == FLOW_PRED_BOTH && meta.flow_claim == 0 && !FLOW_END_FRAME)                      \
         || ((found) == FLOW_PRED_FIRST && (meta.flow_claim == 1 || FLOW_END_FRAME))))
 #define FLOW_WAY_FREE(found) (meta.flow_looked_up == 1 && (found)[1:1] == 0 && (found)[3:3] == 0)
 #define FLOW_END_FRAME (hdr.packet_out.isValid() && hdr.packet_out.end_flow == 1)
@@ -77,9 +77,9 @@ control FlowSlotWays(inout headers_t hdr, inout local_metadata_t meta) {
     Hash<bit<32>>(HashAlgorithm_t.CRC32) fingerprint_hash;
 
     @name(".flow_way0")
-    Register<flow_way_t, bit<32>>(FLOW_WAY_SLOTS) flow_way0;
+    Register<flow_way_t, bit<FLOW_WAY_BITS>>(FLOW_WAY_SLOTS) flow_way0;
     @name(".flow_way1")
-    Register<flow_way_t, bit<32>>(FLOW_WAY_SLOTS) flow_way1;
+    Register<flow_way_t, bit<FLOW_WAY_BITS>>(FLOW_WAY_SLOTS) flow_way1;
 
     // Each RegisterAction answers with its stateful ALU's predicate: one bit set, for which of
     // the combinations of its two comparisons held (bit 0: neither, 1: the first alone, 2: the
@@ -88,107 +88,82 @@ control FlowSlotWays(inout headers_t hdr, inout local_metadata_t meta) {
     // - lookup (the slot is alive; its fingerprint is the flow's): both, mine (refreshed); the
     //   first alone, taken; otherwise free;
     // - claim (pass 2; the slot is free): the first, claimed;
-    // - end (the fingerprint is the flow's): the first, ended (its fingerprint becomes 0, which
-    //   no flow has, until the slot ages out).
-    RegisterAction<flow_way_t, bit<32>, bit<8>>(flow_way0) way0_lookup = {
-        void apply(inout flow_way_t slot, out bit<8> found) {
-            found = this.predicate(meta.now - slot.seen <= FLOW_SLOT_LEASE,
-                                   slot.fingerprint == meta.flow_fingerprint);
-            if (meta.now - slot.seen <= FLOW_SLOT_LEASE
-                    && slot.fingerprint == meta.flow_fingerprint) {
-                slot.seen = meta.now;
-            }
-        }
-    };
-    RegisterAction<flow_way_t, bit<32>, bit<8>>(flow_way0) way0_claim = {
-        void apply(inout flow_way_t slot, out bit<8> found) {
-            found = this.predicate(meta.now - slot.seen > FLOW_SLOT_LEASE);
-            if (meta.now - slot.seen > FLOW_SLOT_LEASE) {
-                slot.fingerprint = meta.flow_fingerprint;
-                slot.seen = meta.now;
-            }
-        }
-    };
-    RegisterAction<flow_way_t, bit<32>, bit<8>>(flow_way0) way0_end = {
-        void apply(inout flow_way_t slot, out bit<8> found) {
-            found = this.predicate(slot.fingerprint == meta.flow_fingerprint);
-            if (slot.fingerprint == meta.flow_fingerprint) {
-                slot.fingerprint = 0;
-            }
-        }
-    };
-    RegisterAction<flow_way_t, bit<32>, bit<8>>(flow_way1) way1_lookup = {
-        void apply(inout flow_way_t slot, out bit<8> found) {
-            found = this.predicate(meta.now - slot.seen <= FLOW_SLOT_LEASE,
-                                   slot.fingerprint == meta.flow_fingerprint);
-            if (meta.now - slot.seen <= FLOW_SLOT_LEASE
-                    && slot.fingerprint == meta.flow_fingerprint) {
-                slot.seen = meta.now;
-            }
-        }
-    };
-    RegisterAction<flow_way_t, bit<32>, bit<8>>(flow_way1) way1_claim = {
-        void apply(inout flow_way_t slot, out bit<8> found) {
-            found = this.predicate(meta.now - slot.seen > FLOW_SLOT_LEASE);
-            if (meta.now - slot.seen > FLOW_SLOT_LEASE) {
-                slot.fingerprint = meta.flow_fingerprint;
-                slot.seen = meta.now;
-            }
-        }
-    };
-    RegisterAction<flow_way_t, bit<32>, bit<8>>(flow_way1) way1_end = {
-        void apply(inout flow_way_t slot, out bit<8> found) {
-            found = this.predicate(slot.fingerprint == meta.flow_fingerprint);
-            if (slot.fingerprint == meta.flow_fingerprint) {
-                slot.fingerprint = 0;
-            }
-        }
-    };
-
-    // One table per register, so that its RegisterActions share the register's stage: the
-    // CPM's end of a flow, pass 2's claim in the way to claim, or pass 1's lookup.
-    action way0_do_lookup() { meta.flow_way0_found = way0_lookup.execute(meta.flow_way0); }
-    action way0_do_claim() { meta.flow_way0_found = way0_claim.execute(meta.flow_way0); }
-    action way0_do_end() { meta.flow_way0_found = way0_end.execute(meta.flow_way0); }
-    action way1_do_lookup() { meta.flow_way1_found = way1_lookup.execute(meta.flow_way1); }
-    action way1_do_claim() { meta.flow_way1_found = way1_claim.execute(meta.flow_way1); }
-    action way1_do_end() { meta.flow_way1_found = way1_end.execute(meta.flow_way1); }
-    table way0_op {
-        key = {
-            hdr.packet_out.isValid() : ternary;
-            hdr.packet_out.end_flow  : ternary;
-            meta.flow_claim          : ternary;
-            meta.flow_claim_way      : ternary;
-        }
-        actions = { way0_do_lookup; way0_do_claim; way0_do_end; NoAction; }
-        const entries = {
-            (true, 1, _, _) : way0_do_end();
-            (_, _, 1, 0) : way0_do_claim();
-            (_, _, 1, 1) : NoAction();
-            (_, _, 0, _) : way0_do_lookup();
-        }
-        const default_action = NoAction();
-        size = 4;
+    // - end (the fingerprint is the flow's): the first, ended (its time is set a lease back, so
+    //   the slot is free at once).
+    // One table per way's register, so that its RegisterActions share the register's stage:
+    // the CPM's end of a flow, pass 2's claim in the way to claim (W; OTHER is the other way),
+    // or pass 1's lookup.
+#define FLOW_WAY(W, OTHER)                                                                          \
+    RegisterAction<flow_way_t, bit<FLOW_WAY_BITS>, bit<8>>(flow_way##W) way##W##_lookup = {         \
+        void apply(inout flow_way_t slot, out bit<8> found) {                                       \
+            found = this.predicate(meta.now - slot.seen <= FLOW_SLOT_LEASE,                         \
+                                   slot.fingerprint == meta.flow_fingerprint);                      \
+            if (meta.now - slot.seen <= FLOW_SLOT_LEASE                                             \
+                    && slot.fingerprint == meta.flow_fingerprint) {                                 \
+                slot.seen = meta.now;                                                               \
+            }                                                                                       \
+        }                                                                                           \
+    };                                                                                              \
+    RegisterAction<flow_way_t, bit<FLOW_WAY_BITS>, bit<8>>(flow_way##W) way##W##_claim = {          \
+        void apply(inout flow_way_t slot, out bit<8> found) {                                       \
+            found = this.predicate(meta.now - slot.seen > FLOW_SLOT_LEASE);                         \
+            if (meta.now - slot.seen > FLOW_SLOT_LEASE) {                                           \
+                slot.fingerprint = meta.flow_fingerprint;                                           \
+                slot.seen = meta.now;                                                               \
+            }                                                                                       \
+        }                                                                                           \
+    };                                                                                              \
+    RegisterAction<flow_way_t, bit<FLOW_WAY_BITS>, bit<8>>(flow_way##W) way##W##_end = {            \
+        void apply(inout flow_way_t slot, out bit<8> found) {                                       \
+            found = this.predicate(slot.fingerprint == meta.flow_fingerprint);                      \
+            if (slot.fingerprint == meta.flow_fingerprint) {                                        \
+                slot.seen = meta.now - (FLOW_SLOT_LEASE + 1);                                       \
+            }                                                                                       \
+        }                                                                                           \
+    };                                                                                              \
+    action way##W##_do_lookup() {                                                                   \
+        meta.flow_way##W##_found = way##W##_lookup.execute(meta.flow_way##W);                       \
+    }                                                                                               \
+    action way##W##_do_claim() {                                                                    \
+        meta.flow_way##W##_found = way##W##_claim.execute(meta.flow_way##W);                        \
+    }                                                                                               \
+    action way##W##_do_end() {                                                                      \
+        meta.flow_way##W##_found = way##W##_end.execute(meta.flow_way##W);                          \
+    }                                                                                               \
+    table way##W##_op {                                                                             \
+        key = {                                                                                     \
+            hdr.packet_out.isValid() : ternary;                                                     \
+            hdr.packet_out.end_flow  : ternary;                                                     \
+            meta.flow_claim          : ternary;                                                     \
+            meta.flow_claim_way      : ternary;                                                     \
+        }                                                                                           \
+        actions = { way##W##_do_lookup; way##W##_do_claim; way##W##_do_end; NoAction; }             \
+        const entries = {                                                                           \
+            (true, 1, _, _) : way##W##_do_end();                                                    \
+            (_, _, 1, W) : way##W##_do_claim();                                                     \
+            (_, _, 1, OTHER) : NoAction();                                                          \
+            (_, _, 0, _) : way##W##_do_lookup();                                                    \
+        }                                                                                           \
+        const default_action = NoAction();                                                          \
+        size = 4;                                                                                   \
     }
-    table way1_op {
-        key = {
-            hdr.packet_out.isValid() : ternary;
-            hdr.packet_out.end_flow  : ternary;
-            meta.flow_claim          : ternary;
-            meta.flow_claim_way      : ternary;
-        }
-        actions = { way1_do_lookup; way1_do_claim; way1_do_end; NoAction; }
-        const entries = {
-            (true, 1, _, _) : way1_do_end();
-            (_, _, 1, 1) : way1_do_claim();
-            (_, _, 1, 0) : NoAction();
-            (_, _, 0, _) : way1_do_lookup();
-        }
-        const default_action = NoAction();
-        size = 4;
-    }
+    FLOW_WAY(0, 1)
+    FLOW_WAY(1, 0)
 
     apply {
+        // The flow's slots and fingerprint, before the tests below, from the key Steering
+        // computed (its mixes and sums), each hash straight into its field: no cast, no "| 1".
+        // Computed after the tests, from sums of their own, with a cast and the fingerprint's
+        // low bit set, bf-p4c chained them over seven stages ahead of the ways.
+        meta.flow_way0 = way0_hash.get({ meta.flow_addr_mix, meta.flow_addr_sum,
+                                         hdr.ipv4.protocol, meta.flow_port_mix,
+                                         meta.flow_port_sum });
+        meta.flow_way1 = way1_hash.get({ meta.flow_port_sum, meta.flow_port_mix,
+                                         hdr.ipv4.protocol, meta.flow_addr_sum,
+                                         meta.flow_addr_mix });
+        meta.flow_fingerprint = fingerprint_hash.get({ hdr.ipv4.protocol, meta.flow_port_sum,
+                                                       meta.flow_addr_sum, meta.flow_port_mix,
+                                                       meta.flow_addr_mix });
         meta.flow_way0_found = 0;
         meta.flow_way1_found = 0;
         bool end_flow = FLOW_END_FRAME;
@@ -202,17 +177,7 @@ control FlowSlotWays(inout headers_t hdr, inout local_metadata_t meta) {
                 || (meta.port_role == ROLE_CPU && !end_flow)) {
             return;
         }
-        bit<32> addr_mix = meta.flow_addr_mix;
-        bit<32> addr_sum = FLOW_SRC + FLOW_DST;
-        l4_port_t port_mix = meta.flow_port_mix;
-        l4_port_t port_sum = FLOW_SPORT + FLOW_DPORT;
-        bit<32> way0 = (bit<32>)way0_hash.get({ addr_mix, addr_sum, FLOW_PROTO, port_mix, port_sum });
-        bit<32> way1 = (bit<32>)way1_hash.get({ port_sum, port_mix, FLOW_PROTO, addr_sum, addr_mix });
-        meta.flow_fingerprint = fingerprint_hash.get({ FLOW_PROTO, port_sum, addr_sum, port_mix,
-                                                       addr_mix }) | 1;
         meta.flow_looked_up = 1;
-        meta.flow_way0 = way0;
-        meta.flow_way1 = way1;
         way0_op.apply();
         way1_op.apply();
     }
@@ -225,41 +190,41 @@ control FlowSlotVerdict(inout headers_t hdr, inout local_metadata_t meta) {
     // 1 (admitted) ++ 7 bits ++ the IDS class: admitted 0 marks a slot claimed by a packet
     // that its second pass no longer permitted (a policy applied between the passes).
     @name(".flow_slot_class")
-    Register<bit<16>, bit<32>>(2 * FLOW_WAY_SLOTS) flow_slot_class;
+    Register<bit<16>, bit<FLOW_SLOT_BITS>>(2 * FLOW_WAY_SLOTS) flow_slot_class;
     // The SPM's port (9 bits, 0: none) ++ 7 bits ++ its MAC's high 16 bits; and its low 32.
     @name(".flow_slot_spm")
-    Register<bit<32>, bit<32>>(2 * FLOW_WAY_SLOTS) flow_slot_spm;
+    Register<bit<32>, bit<FLOW_SLOT_BITS>>(2 * FLOW_WAY_SLOTS) flow_slot_spm;
     @name(".flow_slot_spm_mac")
-    Register<bit<32>, bit<32>>(2 * FLOW_WAY_SLOTS) flow_slot_spm_mac;
+    Register<bit<32>, bit<FLOW_SLOT_BITS>>(2 * FLOW_WAY_SLOTS) flow_slot_spm_mac;
     @name(".flow_event_counter")
     OG_COUNTER(flow_event_counter, FLOW_EVENT_COUNT);
 
-    RegisterAction<bit<16>, bit<32>, bit<16>>(flow_slot_class) read_class = {
+    RegisterAction<bit<16>, bit<FLOW_SLOT_BITS>, bit<16>>(flow_slot_class) read_class = {
         void apply(inout bit<16> value, out bit<16> read) {
             read = value;
         }
     };
-    RegisterAction<bit<16>, bit<32>, bit<16>>(flow_slot_class) write_class = {
+    RegisterAction<bit<16>, bit<FLOW_SLOT_BITS>, bit<16>>(flow_slot_class) write_class = {
         void apply(inout bit<16> value) {
             value = meta.flow_slot_class;
         }
     };
-    RegisterAction<bit<32>, bit<32>, bit<32>>(flow_slot_spm) read_spm = {
+    RegisterAction<bit<32>, bit<FLOW_SLOT_BITS>, bit<32>>(flow_slot_spm) read_spm = {
         void apply(inout bit<32> value, out bit<32> read) {
             read = value;
         }
     };
-    RegisterAction<bit<32>, bit<32>, bit<32>>(flow_slot_spm) write_spm = {
+    RegisterAction<bit<32>, bit<FLOW_SLOT_BITS>, bit<32>>(flow_slot_spm) write_spm = {
         void apply(inout bit<32> value) {
             value = meta.flow_slot_spm;
         }
     };
-    RegisterAction<bit<32>, bit<32>, bit<32>>(flow_slot_spm_mac) read_spm_mac = {
+    RegisterAction<bit<32>, bit<FLOW_SLOT_BITS>, bit<32>>(flow_slot_spm_mac) read_spm_mac = {
         void apply(inout bit<32> value, out bit<32> read) {
             read = value;
         }
     };
-    RegisterAction<bit<32>, bit<32>, bit<32>>(flow_slot_spm_mac) write_spm_mac = {
+    RegisterAction<bit<32>, bit<FLOW_SLOT_BITS>, bit<32>>(flow_slot_spm_mac) write_spm_mac = {
         void apply(inout bit<32> value) {
             value = meta.spm_mac[31:0];
         }
@@ -274,9 +239,9 @@ control FlowSlotVerdict(inout headers_t hdr, inout local_metadata_t meta) {
             return;
         }
         bool on0 = FLOW_WAY_MINE(meta.flow_way0_found);
-        bit<32> index = meta.flow_way0;
+        bit<FLOW_SLOT_BITS> index = 1w0 ++ meta.flow_way0;
         if (!on0) {
-            index = meta.flow_way1 | FLOW_WAY_SLOTS;
+            index = 1w1 ++ meta.flow_way1;
         }
         if (meta.flow_claim == 1 && meta.flow_claim_mine == 1) {
             // Pass 2 took the slot: the flow's class and SPM as this pass found them, admitted

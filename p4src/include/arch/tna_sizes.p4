@@ -9,7 +9,11 @@
 
 #define PORT_TABLE_SIZE           512
 #define TAG_TABLE_SIZE            1024
-#if __TARGET_TOFINO__ == 2
+#if __TARGET_TOFINO__ == 2 && defined(OG_TNA_DP_SESSIONS)
+// With the data-plane slots (two ways of FLOW_WAY_SLOTS) the ways need SRAM in the session
+// table's stages: 131,072 entries, a two-way session for each of the 65,536 slots.
+#define SESSION_TABLE_SIZE        131072
+#elif __TARGET_TOFINO__ == 2
 #define SESSION_TABLE_SIZE        262144
 #else
 #define SESSION_TABLE_SIZE        65536
@@ -48,6 +52,7 @@
 // SRAM for a way's register and its table), 32,768 could.
 #define FLOW_WAY_SLOTS            32768
 #define FLOW_WAY_BITS             15
+#define FLOW_SLOT_BITS            16  // a slot of either way: the way ++ its slot
 #define NEW_FLOW_METERS           4096
 #define FLOW_AGEING_TABLE_SIZE    256
 #define CPU_SOURCE_METERS         4096

@@ -61,6 +61,11 @@ control Steering(inout headers_t hdr, inout local_metadata_t meta) {
         // it reads the addresses before NAT may rewrite them.
         meta.flow_addr_mix = hdr.ipv4.src_addr ^ hdr.ipv4.dst_addr;
         meta.flow_port_mix = meta.l4_sport ^ meta.l4_dport;
+#ifdef OG_FLOW_SLOTS
+        // The rest of the key Tofino's slots hash (arch/tna_flow_slots.p4), as early.
+        meta.flow_addr_sum = hdr.ipv4.src_addr + hdr.ipv4.dst_addr;
+        meta.flow_port_sum = meta.l4_sport + meta.l4_dport;
+#endif
         class_policy.apply();
         if (meta.needs_inspection == 1) {
             spm_select.apply();
