@@ -99,16 +99,13 @@ TNA_SLOTS_ONLY_TABLES = {
 }
 
 
-WAY_ACTION = re.compile(r"flow_slot_ways\.way[01]_do_(lookup|claim|end)$")
-
-
 def _v1model_only(build: tofino.Build) -> set[str]:
     out = V1MODEL_ONLY - TOFINO2_HAS if build.target == "tofino2" else V1MODEL_ONLY
     return out - TNA_SLOTS_HAVE if _slots(build) else out
 
 
 def _slots(build: tofino.Build) -> bool:
-    return "-DOG_TNA_DP_SESSIONS" in build.defines
+    return build.profile == "dp_sessions"
 
 
 # Objects added to the shared code after the committed Tofino build was made (bf-p4c was not at
@@ -153,9 +150,19 @@ def test_tofino_p4info_offers_the_v1model_tables_and_actions(build: tofino.Build
         for k, v in _actions(v1).items()
         if k not in skip
     }
-    # (and the actions of the slots' own tables: wayN_do_lookup, _claim, _end)
-    tna_actions = {k: v for k, v in _actions(tna).items() if not WAY_ACTION.search(k)}
+    # (and the actions only the slots' own tables use: wayN_do_lookup, _claim, _end)
+    tna_actions = {k: v for k, v in _actions(tna).items() if k not in _own_actions(tna, own)}
     assert tna_actions == v1_actions
+
+
+def _own_actions(info: p4i.P4Info, tables: set[str]) -> set[str]:
+    """The actions that only `tables` refer to."""
+    names = {a.preamble.id: a.preamble.name for a in info.actions}
+    refs: dict[bool, set[str]] = {True: set(), False: set()}
+    for t in info.tables:
+        own = t.preamble.name.removeprefix("pipe.") in tables
+        refs[own] |= {names[r.id] for r in t.action_refs}
+    return refs[True] - refs[False]
 
 
 # What the controller looks up by name, per kind of P4Info object.
