@@ -259,9 +259,8 @@ class FullCandidatesFallBackThenAgedPortIsReused(DataPlaneNatTest):
     def runTest(self) -> None:
         self.classify_everything()
         self.masquerade_in_data_plane()
-        # About 0.4 s: long enough that the first two flows are still alive when the third
-        # comes, even on a loaded machine.
-        self.set_ageing(6, idle=400, closing=10)
+        # Alive until the third has fallen back, however slow the machine; then about 0.4 s.
+        self.set_ageing(6, idle=100_000, closing=10)
         first = self.opened(refresh(tcp_packet(flags="S")))
         second = self.opened(refresh(tcp_packet(src=HOST_IN_ALT, dst=HOST_OUT_ALT, flags="S")))
         self.assertNotEqual(first, second)
@@ -271,6 +270,7 @@ class FullCandidatesFallBackThenAgedPortIsReused(DataPlaneNatTest):
         self.assertIsNotNone(packet_in, "no packet-in for the flow with no free port")
         testutils.verify_no_other_packets(self)
         self.assertEqual(self.events(pc.FLOW_EVENT_NAT_FULL), 1)
+        self.change_ageing(6, idle=400, closing=10)
         time.sleep(1.5)  # the condition under test is time itself: three idle periods pass
         again = self.opened(refresh(tcp_packet(src=HOST_IN_THIRD, dst=HOST_OUT_THIRD, flags="S")))
         self.assertIn(again, (first, second))
@@ -286,7 +286,9 @@ class ExactEntriesKeepThePort(DataPlaneNatTest):
     def runTest(self) -> None:
         self.classify_everything()
         self.masquerade_in_data_plane()
-        self.set_ageing(6, idle=600, closing=10)  # about 0.6 s
+        # Long until the exact entries carry the flow (however long their write takes), then
+        # about 0.6 s, against packets every 0.1 s or so.
+        self.set_ageing(6, idle=100_000, closing=10)
         port = self.opened(refresh(tcp_packet(flags="S")))
         forward = self.schema.encode_entry(self.masqueraded_entry(port))
         back = self.schema.encode_entry(
@@ -303,7 +305,7 @@ class ExactEntriesKeepThePort(DataPlaneNatTest):
             )
         )
         self.client.insert([forward, back])
-        for n in range(10):  # 2.5 s, four idle periods, carried by the exact entries only
+        for n in range(24):  # 2.4 s or more, four idle periods, carried by the exact entries only
             if n % 2:
                 self.answered(answer_tcp(port, flags="A"), 40000)
             else:
@@ -311,7 +313,9 @@ class ExactEntriesKeepThePort(DataPlaneNatTest):
                 testutils.send_packet(self, INSIDE, bytes(data))
                 expected = routed(masqueraded(data, port), OUTSIDE, HOST_OUT_MAC)
                 testutils.verify_packet(self, expected, OUTSIDE)
-            time.sleep(0.25)
+            if n == 1:  # both directions' entries have carried a packet
+                self.change_ageing(6, idle=600, closing=10)
+            time.sleep(0.1)
         self.assertEqual(self.events(pc.FLOW_EVENT_HIT), 0)
         self.client.delete([forward, back])
         self.assert_dropped(OUTSIDE, bytes(answer_tcp(port, flags="A")), pc.DROP_NO_SESSION)
