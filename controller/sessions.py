@@ -14,7 +14,9 @@ Entries per session (the data plane's contract, see README "NAT and inspection")
 
 Life: removed when both directions are idle (the switch's idle-timeout notifications, confirmed
 by reading `time_since_last_hit` of both entries), after FIN in both directions plus
-`sessions.closing_linger`, at once on RST, or by the API. Blocked by a drop verdict (both entries
+`sessions.closing_linger`, after RST plus the same linger (late segments of a reset connection,
+and the peer's RST for each of them, still pass, as a conntrack firewall lets them; 0: at once),
+or by the API. Blocked by a drop verdict (both entries
 become `session_block`), bypassed by a clean verdict (both entries lose their SPM).
 
 Consistency: the switch is written first, the DB after, in bulk, one transaction per batch; a
@@ -681,7 +683,8 @@ class SessionManager:
         return changed
 
     def on_close(self, events: Sequence[Any]) -> None:
-        """SessionCloseSeen events: RST removes at once, FIN both ways after the linger."""
+        """SessionCloseSeen events: RST, or FIN both ways, removes the session after the
+        linger."""
         closes = [
             (
                 event.npm,
@@ -697,7 +700,6 @@ class SessionManager:
         self, closes: Iterable[tuple[str, FlowKey, int]], remember: bool = False
     ) -> None:
         now = time.monotonic()
-        remove_now: list[Session] = []
         linger = self.policy.sessions.closing_linger
         for npm, key, flags in closes:
             session = self.index.get((npm, key))
@@ -708,19 +710,27 @@ class SessionManager:
             if session.state == BLOCKED:
                 continue
             if flags & pc.TCP_FLAG_RST:
-                remove_now.append(session)
+                # The connection is gone, but the segments in flight are not: each one the peer
+                # gets now draws another RST. Removed after the linger, as after FIN both ways
+                # (the one that comes first counts).
+                if session.close_at is None or session.close_reason != "rst":
+                    at = now + linger
+                    session.close_at = at if session.close_at is None else min(session.close_at, at)
+                    session.close_reason = "rst"
+                self._closing(session)
                 continue
             if flags & pc.TCP_FLAG_FIN:
                 session.fins |= FIN_ORIGINAL if key == session.key else FIN_REPLY
                 if session.fins == FIN_ORIGINAL | FIN_REPLY and session.close_at is None:
                     session.close_at = now + linger
-                    if session.state == ACTIVE:
-                        session.state = CLOSING
-                    self.closing[session.id] = session
-        if remove_now:
-            self.remove(dict.fromkeys(remove_now), "rst")
+                    self._closing(session)
         if linger == 0:
             self.on_tick(now)
+
+    def _closing(self, session: Session) -> None:
+        if session.state == ACTIVE:
+            session.state = CLOSING
+        self.closing[session.id] = session
 
     def _remember_close(self, npm: str, key: FlowKey, flags: int, now: float) -> None:
         early = self._early_closes
@@ -751,8 +761,10 @@ class SessionManager:
 
     def on_tick(self, now: float) -> None:
         due = [s for s in self.closing.values() if s.close_at is not None and s.close_at <= now]
-        if due:
-            self.remove(due, "fin")
+        for reason in ("fin", "rst"):
+            gone = [s for s in due if s.close_reason == reason]
+            if gone:
+                self.remove(gone, reason)
         aged: list[Session] = []
         report = self.policy.sessions.report_interval
         for timeout, queue in self._slots.items():

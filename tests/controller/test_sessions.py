@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -375,7 +376,7 @@ def test_both_directions_reported_idle_at_once_are_removed_without_a_read(
     assert reads == []
 
 
-def test_fin_both_ways_removes_after_linger_and_rst_at_once(
+def test_fin_both_ways_and_rst_remove_after_linger(
     switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:
     controller = make_controller(switch)
@@ -385,6 +386,10 @@ def test_fin_both_ways_removes_after_linger_and_rst_at_once(
     wait_until("four entries", lambda: len(switch.table_entries(pc.T_SESSION)) == 4)
     switch.inject_digest(pc.D_SESSION_CLOSE_T, [close(b, pc.TCP_FLAG_RST | pc.TCP_FLAG_ACK)])
     wait_until("the RST session removed", lambda: len(switch.table_entries(pc.T_SESSION)) == 2)
+    removed = controller.metrics.registry.get_sample_value(
+        "opengate_sessions_removed_total", {"npm": "npm1", "reason": "rst"}
+    )
+    assert removed == 1
     switch.inject_digest(pc.D_SESSION_CLOSE_T, [close(a, pc.TCP_FLAG_FIN | pc.TCP_FLAG_ACK)])
     controller.bus.call(lambda: None)
     assert len(switch.table_entries(pc.T_SESSION)) == 2, "one FIN is a half-close"
@@ -397,6 +402,41 @@ def test_fin_both_ways_removes_after_linger_and_rst_at_once(
     wait_until("the session's row deleted", lambda: db_sessions(controller) == [])
     removed = controller.metrics.registry.get_sample_value(
         "opengate_sessions_removed_total", {"npm": "npm1", "reason": "fin"}
+    )
+    assert removed == 1
+
+
+def test_rst_keeps_the_session_for_the_linger(
+    switch: SwitchDouble, make_controller: ControllerFactory, lab: Path
+) -> None:
+    """After an RST the session stays for `closing_linger` (here 30 s, so that no machine is
+    slow enough to see it end before the checks), as a conntrack firewall keeps a reset
+    connection: the segments in flight, and the peer's RST for each, still pass. The RSTs that
+    follow do not push the end back; at the end the removal is counted as "rst"."""
+    lab.write_text(lab.read_text().replace("closing_linger: 0.2", "closing_linger: 30"))
+    controller = make_controller(switch, policy=lab)
+    flow = key(H1, OUT1, pc.IP_PROTO_TCP, 40000, 80)
+    reverse = key(OUT1, H1, pc.IP_PROTO_TCP, 80, 40000)
+    switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(flow)])
+    wait_until("both entries", lambda: len(switch.table_entries(pc.T_SESSION)) == 2)
+    manager = controller.sessions
+    assert manager is not None
+    session = controller.bus.call(lambda: manager.index[("npm1", flow)])
+    handled: list[ev.SessionCloseSeen] = []
+    controller.bus.subscribe(ev.SessionCloseSeen, handled.append)  # after the controller's
+    switch.inject_digest(pc.D_SESSION_CLOSE_T, [close(flow, pc.TCP_FLAG_RST)])
+    wait_until("the RST handled", lambda: len(handled) == 1)
+    first = controller.bus.call(lambda: (session.state, session.close_at))
+    assert first[0] == "closing" and first[1] is not None
+    switch.inject_digest(pc.D_SESSION_CLOSE_T, [close(reverse, pc.TCP_FLAG_RST)] * 3)
+    wait_until("the later RSTs handled", lambda: sum(len(e.records) for e in handled) == 4)
+    assert controller.bus.call(lambda: session.close_at) == first[1], "the first RST counts"
+    assert len(switch.table_entries(pc.T_SESSION)) == 2, "still there during the linger"
+    controller.bus.call(lambda: manager.on_tick(first[1]))
+    wait_until("the session removed", lambda: not switch.table_entries(pc.T_SESSION))
+    wait_until("the session's row deleted", lambda: db_sessions(controller) == [])
+    removed = controller.metrics.registry.get_sample_value(
+        "opengate_sessions_removed_total", {"npm": "npm1", "reason": "rst"}
     )
     assert removed == 1
 
