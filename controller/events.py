@@ -100,6 +100,11 @@ class SessionsRemoved(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class PacketInsWaiting(Event):
+    """Packet-ins wait in the CPM's fair queue (controller.packet_in_queue): take a batch."""
+
+
+@dataclass(frozen=True, slots=True)
 class SessionCloseSeen(Event):
     """TCP FIN or RST segments hit sessions (one session_close_t DigestList)."""
 

@@ -80,6 +80,12 @@ class Metrics:
         self.packet_ins = Counter(
             "opengate_packet_ins", "Packet-ins by reason", ["npm", "reason"], registry=r
         )
+        self.packet_ins_dropped = Counter(
+            "opengate_packet_ins_dropped",
+            "Packet-ins dropped because their source already had its most waiting for the CPM",
+            ["npm"],
+            registry=r,
+        )
         self.spm_up = Gauge("opengate_spm_up", "1 if the SPM is up", ["spm"], registry=r)
         self.spm_weight = Gauge(
             "opengate_spm_weight", "Selector weight of the SPM", ["spm"], registry=r

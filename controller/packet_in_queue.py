@@ -1,0 +1,93 @@
+"""Packet-ins wait here, one queue per source, and are served in turn: one host's flood of
+opening packets that need the CPM cannot make other hosts' packets wait behind it.
+
+The NPM's meters bound what each source may send to the CPU (`cpu_meters`, `per_source`), but
+not how long the CPM takes over it: when packet-ins come faster than the CPM sets up their
+sessions, a single first-in first-out queue made every packet wait for the whole backlog. A
+flood of 1,000 NAT flows a second from one inside host (bench_flood, `cpm`, 2026-11-28) kept
+the CPM's set-up latency at 0.2-1 s for everyone, and another host's new connections took
+290 ms at p50 and 940 ms at p99.
+
+Here each source (the IPv4 source address of the packet as it arrived, else its ingress port)
+has a queue of its own, at most `per_source` packets long: a packet that finds its source's queue
+full is dropped and counted (its sender retransmits, as after any loss). The dispatcher takes
+packets in rounds, one from each source with packets waiting, so a packet waits for at most one
+batch of other sources' packets, and a source's own packets keep their order.
+
+Producers are the NPM stream threads; the consumer is the CPM's dispatcher.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable
+from typing import Any
+
+PER_SOURCE = 256  # packets a source may have waiting
+ETHERTYPE_IPV4 = b"\x08\x00"
+ETHERTYPE_VLAN = b"\x81\x00"
+
+
+def source_of(npm: str, frame: bytes, ingress_port: int) -> Hashable:
+    """Who sent the frame: its IPv4 source address (after at most one VLAN tag), else the
+    port it arrived on."""
+    offset = 12
+    if frame[offset : offset + 2] == ETHERTYPE_VLAN:
+        offset += 4
+    if frame[offset : offset + 2] == ETHERTYPE_IPV4 and len(frame) >= offset + 2 + 16:
+        return (npm, bytes(frame[offset + 14 : offset + 18]))
+    return (npm, ingress_port)
+
+
+class PacketInQueue:
+    """Fair queue of packet-ins by source; `put` from any thread, `take` from the consumer."""
+
+    def __init__(
+        self, per_source: int = PER_SOURCE, on_drop: Callable[[str], None] | None = None
+    ) -> None:
+        if per_source < 1:
+            raise ValueError(f"per_source must be at least 1, got {per_source}")
+        self.per_source = per_source
+        self.on_drop = on_drop
+        self.dropped = 0
+        self._lock = threading.Lock()
+        # sources with packets waiting, in serving order; each its packets, oldest first
+        self._queues: OrderedDict[Hashable, deque[Any]] = OrderedDict()
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def put(self, source: Hashable, npm: str, item: Any) -> bool:
+        """Queue `item` from `source`; False (and counted) when the source's queue is full.
+        A source that had nothing waiting joins the end of the round."""
+        with self._lock:
+            waiting = self._queues.get(source)
+            if waiting is None:
+                waiting = self._queues[source] = deque()
+            full = len(waiting) >= self.per_source
+            if full:
+                self.dropped += 1
+            else:
+                waiting.append(item)
+                self._size += 1
+        if full and self.on_drop is not None:
+            self.on_drop(npm)
+        return not full
+
+    def take(self, limit: int) -> list[Any]:
+        """Up to `limit` items, in rounds: the oldest of each waiting source in turn. A source
+        served and still waiting goes to the end of the order, so the next take goes on where
+        this one stopped."""
+        out: list[Any] = []
+        with self._lock:
+            while self._queues and len(out) < limit:
+                source, waiting = next(iter(self._queues.items()))
+                out.append(waiting.popleft())
+                self._size -= 1
+                if waiting:
+                    self._queues.move_to_end(source)
+                else:
+                    del self._queues[source]
+        return out
