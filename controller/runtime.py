@@ -299,10 +299,12 @@ class Controller:
         with self._packet_ins_lock:
             self._packet_ins_woken = False  # before taking: a packet put after this wakes again
         batch = self.packet_ins.take(PACKET_IN_BATCH)
-        if batch:
-            self.sessions.on_packet_ins(batch)
-        if len(self.packet_ins):
-            self._wake_packet_ins()
+        try:
+            if batch:
+                self.sessions.on_packet_ins(batch)
+        finally:  # a failed batch must not leave the others waiting for the next packet-in
+            if len(self.packet_ins):
+                self._wake_packet_ins()
 
     def _decode_session_key(self, npm: str, entry: p4r.TableEntry) -> FlowKey:
         assert self.sessions is not None
