@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from bench.bench_sessions import measure, percentile
 from bench.csender import binary, write_frames
 from opengate import p4constants as pc
@@ -158,6 +160,55 @@ def spm_queue_drops(network: GatewayNetwork, after: float = 0.0) -> int:
         time.sleep(0.2)
 
 
+def setup_buckets(network: GatewayNetwork) -> dict[str, dict[float, float]]:
+    """The CPM's `opengate_session_setup_seconds` histogram (from a digest's or packet-in's
+    arrival to its sessions written), by source (`digest`, `packet_in`): the cumulative count
+    per bucket's upper bound, summed over NPMs."""
+    out: dict[str, dict[float, float]] = {}
+    for family in text_string_to_metric_families(network.api_text("/metrics")):
+        if family.name != "opengate_session_setup_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                cells = out.setdefault(sample.labels["source"], {})
+                bound = float(sample.labels["le"])
+                cells[bound] = cells.get(bound, 0.0) + sample.value
+    return out
+
+
+def setup_quantiles(
+    before: dict[str, dict[float, float]], after: dict[str, dict[float, float]]
+) -> dict[str, tuple[int, float, float]]:
+    """Per source, from two `setup_buckets` readings: how many set-ups came between them, and
+    the bucket bounds (seconds) within which half of them, and 99 %, were done."""
+    out: dict[str, tuple[int, float, float]] = {}
+    for source, cells in after.items():
+        counts = {b: n - before.get(source, {}).get(b, 0.0) for b, n in cells.items()}
+        total = counts.get(float("inf"), 0.0)
+        if total <= 0:
+            continue
+        out[source] = (int(total), _within(counts, 0.5), _within(counts, 0.99))
+    return out
+
+
+def _within(counts: dict[float, float], q: float) -> float:
+    """The first bucket bound by which the share `q` of the count was done."""
+    total = counts[float("inf")]
+    return next(b for b in sorted(counts) if counts[b] >= q * total)
+
+
+def spm_queue_depths(network: GatewayNetwork, seconds: float) -> list[int]:
+    """The SPMs' queues (kernel queue and dispatcher, summed over SPMs) from their load
+    reports, read every 0.5 s for `seconds`."""
+    out: list[int] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        spms = network.api("GET", "/api/v1/spms")["spms"].values()
+        out.append(sum(int((s.get("report") or {}).get("queue_depth", 0)) for s in spms))
+        time.sleep(0.5)
+    return out
+
+
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -219,6 +270,7 @@ def flood(
     write_frames(frames, flood_frames(network.spec, rate * seconds, phase))
     before = drops(network)
     events_before = flow_events(network)
+    setup_before = setup_buckets(network)
     spm_before = spm_queue_drops(network)
     results: dict[str, Any] = {}
 
@@ -235,7 +287,14 @@ def flood(
         time.sleep(max(0.5, seconds - 1.5))
         results["cpu"] = cpu_shares(before, cpu_ticks(), time.monotonic() - started)
 
-    threads = [threading.Thread(target=flooder), threading.Thread(target=throughput)]
+    def queues() -> None:
+        results["spm_queue"] = spm_queue_depths(network, max(1.0, seconds - 1))
+
+    threads = [
+        threading.Thread(target=flooder),
+        threading.Thread(target=throughput),
+        threading.Thread(target=queues),
+    ]
     for thread in threads:
         thread.start()
     time.sleep(1)
@@ -250,6 +309,7 @@ def flood(
         network, events_before, pc.C_FLOW_EVENT_COUNTER, pc.FLOW_EVENT_NAMES
     )
     results["spm_drops"] = spm_queue_drops(network, time.time()) - spm_before
+    results["setup"] = setup_quantiles(setup_before, setup_buckets(network))
     results["alone"] = alone_mbps
     results["kept"] = results["mbps"] / alone_mbps if alone_mbps else 0.0
     return results
@@ -302,6 +362,29 @@ def main(argv: list[str] | None = None) -> int:
             f"({r['alone']:.0f}, {r['mbps']:.0f}) "
             f"| {percentile(api, 50):.1f} / {percentile(api, 99):.1f} | {dropped} "
             f"| {r['spm_drops']:,} | {events} |"
+        )
+    print(
+        "\nThe CPM's session set-up during each flood (from the digest's or packet-in's arrival "
+        "to the sessions written: `opengate_session_setup_seconds`, bucket bounds), and the "
+        "SPMs' queues (kernel queue and dispatcher, from their load reports every 0.5 s):\n"
+    )
+    print(
+        "| policy | set-ups from digests: n, p50 / p99 within ms | from packet-ins "
+        "| SPM queue p50 / max |"
+    )
+    print("|---|---|---|---|")
+    for name, _rate, r in rows:
+        cells = []
+        for source in ("digest", "packet_in"):
+            if source in r["setup"]:
+                n, p50, p99 = r["setup"][source]
+                cells.append(f"{n:,}, {p50 * 1000:g} / {p99 * 1000:g}")
+            else:
+                cells.append("none")
+        depths = r["spm_queue"] or [0]
+        print(
+            f"| {name} | {cells[0]} | {cells[1]} | {percentile([float(d) for d in depths], 50):.0f}"
+            f" / {max(depths)} |"
         )
     print(
         "\nWhere the CPU went during each flood (share of one core; the machine's cores are "

@@ -494,6 +494,15 @@ class GatewayNetwork:
 
     def api(self, method: str, path: str, npm: str | None = None, **kwargs: Any) -> Any:
         """Call the REST API (JSON in, JSON out) of the controller of `npm` (None: the first)."""
+        return self._api_response(method, path, npm, **kwargs).json()
+
+    def api_text(self, path: str, npm: str | None = None) -> str:
+        """GET a text resource of the REST API (`/metrics`: Prometheus' text format)."""
+        return self._api_response("GET", path, npm).text
+
+    def _api_response(
+        self, method: str, path: str, npm: str | None = None, **kwargs: Any
+    ) -> httpx.Response:
         if self._http is None:
             self._http = httpx.Client(timeout=10.0)
         address = self.cpm_for(npm).api_address if npm is not None else self.api_address
@@ -504,7 +513,7 @@ class GatewayNetwork:
             **kwargs,
         )
         response.raise_for_status()
-        return response.json()
+        return response
 
     def counter(self, name: str, index: int, npm: str = "npm1") -> int:
         """Packets counted by cell `index` of the NPM's indirect counter `name`, read over
