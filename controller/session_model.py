@@ -44,7 +44,6 @@ class Session:
     state: str = ACTIVE
     fins: int = 0
     close_at: float | None = None
-    close_reason: str = "fin"  # what set close_at: "fin" (both ways) or "rst"
     # on_demand: a data-plane slot carries the flow and the CPM wrote no entries for it (yet)
     slot_only: bool = False
     reported_at: float = 0.0  # monotonic time of its last digest, while slot_only

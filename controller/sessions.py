@@ -44,14 +44,11 @@ from controller.metrics import Metrics
 from controller.npm import NpmConnection, WriteResult
 from controller.policy import Policy
 from controller.rematch import OUTCOMES, Classify, PolicyHold
+from controller.session_close import Close, SessionCloses, close_reason
 from controller.session_encoding import FlowKey, SessionEncoder, SessionUpdate
 from controller.session_model import (
-    ACTIVE,
     BLOCKED,
     BYPASSED,
-    CLOSING,
-    FIN_ORIGINAL,
-    FIN_REPLY,
     Session,
     direction_params,
     flow_frame,
@@ -69,8 +66,6 @@ from opengate.throttled import ThrottledWarning
 LOG = logging.getLogger(__name__)
 
 RECENT_LATENCIES = 100_000
-EARLY_CLOSES_KEPT = 65_536  # FIN/RST reports of flows not known yet, at most...
-EARLY_CLOSE_SECONDS = 10.0  # ...and for this long
 GONE = frozenset({rpc_code.NOT_FOUND})  # a delete's expected failure: the entry went already
 # sessions.data_plane_entries: on_demand. The data plane reports a routed flow that its slot
 # carries without exact entries again from its first packet after sessions.report_interval, so a
@@ -145,7 +140,7 @@ class SessionManager:
         self.spms = spms
         self.sessions: dict[int, Session] = {}
         self.index: dict[tuple[str, FlowKey], Session] = {}
-        self.closing: dict[int, Session] = {}
+        self.closes = SessionCloses()  # FIN/RST: sessions in their linger, early reports
         self.per_npm: dict[str, int] = {}
         self.nat_in_use: dict[str, int] = {}
         self.next_id = db.max_session_id() + 1
@@ -159,10 +154,6 @@ class SessionManager:
         # fails each further flow at once instead of scanning the whole range again.
         self._nat_full: dict[tuple[str, int, int, int, int], Policy] = {}
         self._nat_failures = ThrottledWarning(LOG, "no free NAT port")
-        # FIN/RST reports for flows not known yet: a flow that the data plane set up and closed
-        # before its request digest was handled (digests of the two kinds come in lists of their
-        # own). Kept briefly, bounded, and replayed when the session is created.
-        self._early_closes: OrderedDict[tuple[str, FlowKey], tuple[int, float]] = OrderedDict()
         # Slot-only sessions by idle timeout, each oldest report first (ageing, on_tick).
         self._slots: dict[float, OrderedDict[int, Session]] = {}
         # Sessions held to applied policies (and the last apply's settling time).
@@ -446,7 +437,7 @@ class SessionManager:
             self.per_npm[session.npm] -= 1
         if session.slot_only:
             self._slot_forget(session)
-        self.closing.pop(session.id, None)
+        self.closes.forget(session)
         for key in (session.key, session.reply):
             if self.index.get((session.npm, key)) is session:
                 del self.index[(session.npm, key)]
@@ -696,73 +687,24 @@ class SessionManager:
         ]
         self._apply_closes(closes, remember=True)
 
-    def _apply_closes(
-        self, closes: Iterable[tuple[str, FlowKey, int]], remember: bool = False
-    ) -> None:
+    def _apply_closes(self, closes: Iterable[Close], remember: bool = False) -> None:
         now = time.monotonic()
         linger = self.policy.sessions.closing_linger
-        for npm, key, flags in closes:
-            session = self.index.get((npm, key))
-            if session is None:
-                if remember and flags & (pc.TCP_FLAG_FIN | pc.TCP_FLAG_RST):
-                    self._remember_close(npm, key, flags, now)
-                continue
-            if session.state == BLOCKED:
-                continue
-            if flags & pc.TCP_FLAG_RST:
-                # The connection is gone, but the segments in flight are not: each one the peer
-                # gets now draws another RST. Removed after the linger, as after FIN both ways
-                # (the one that comes first counts).
-                if session.close_at is None or session.close_reason != "rst":
-                    at = now + linger
-                    session.close_at = at if session.close_at is None else min(session.close_at, at)
-                    session.close_reason = "rst"
-                self._closing(session)
-                continue
-            if flags & pc.TCP_FLAG_FIN:
-                session.fins |= FIN_ORIGINAL if key == session.key else FIN_REPLY
-                if session.fins == FIN_ORIGINAL | FIN_REPLY and session.close_at is None:
-                    session.close_at = now + linger
-                    self._closing(session)
+        self.closes.apply(closes, self.find, linger, now, remember)
         if linger == 0:
             self.on_tick(now)
 
-    def _closing(self, session: Session) -> None:
-        if session.state == ACTIVE:
-            session.state = CLOSING
-        self.closing[session.id] = session
-
-    def _remember_close(self, npm: str, key: FlowKey, flags: int, now: float) -> None:
-        early = self._early_closes
-        previous = early.pop((npm, key), None)
-        early[(npm, key)] = ((previous[0] if previous else 0) | flags, now)
-        while len(early) > EARLY_CLOSES_KEPT:
-            early.popitem(last=False)
-        while early:
-            _, (_, seen) = next(iter(early.items()))
-            if now - seen <= EARLY_CLOSE_SECONDS:
-                break
-            early.popitem(last=False)
-
     def _replay_early_closes(self, created: Iterable[Session]) -> None:
         """Apply the FIN/RST reports that came before these sessions existed."""
-        if not self._early_closes:
-            return
-        now = time.monotonic()
-        closes: list[tuple[str, FlowKey, int]] = []
-        for session in created:
-            for key in (session.key, session.reply):
-                early = self._early_closes.pop((session.npm, key), None)
-                if early is not None and now - early[1] <= EARLY_CLOSE_SECONDS:
-                    closes.append((session.npm, key, early[0]))
+        closes = self.closes.replay(created, time.monotonic())
         if closes:
             self.stats.early_closes += len(closes)
             self._apply_closes(closes)
 
     def on_tick(self, now: float) -> None:
-        due = [s for s in self.closing.values() if s.close_at is not None and s.close_at <= now]
+        due = self.closes.due(now)
         for reason in ("fin", "rst"):
-            gone = [s for s in due if s.close_reason == reason]
+            gone = [s for s in due if close_reason(s) == reason]
             if gone:
                 self.remove(gone, reason)
         aged: list[Session] = []
@@ -839,7 +781,7 @@ class SessionManager:
         if session.state == BLOCKED:
             return
         session.state = BLOCKED
-        self.closing.pop(session.id, None)
+        self.closes.forget(session)
         self.rewrite([session], "block session")
 
     def bypass(self, session: Session) -> None:
@@ -897,7 +839,7 @@ class SessionManager:
     def _blocked_now(self, sessions: Iterable[Session]) -> None:
         for session in sessions:
             if session.state == BLOCKED:
-                self.closing.pop(session.id, None)
+                self.closes.forget(session)
 
     def _hold_new(self, items: Sequence[_Pending]) -> None:
         """New sessions from reports that may predate the last apply: held to it before their
