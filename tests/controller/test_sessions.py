@@ -385,11 +385,18 @@ def test_fin_both_ways_and_rst_remove_after_linger(
     switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(a), request(b)])
     wait_until("four entries", lambda: len(switch.table_entries(pc.T_SESSION)) == 4)
     switch.inject_digest(pc.D_SESSION_CLOSE_T, [close(b, pc.TCP_FLAG_RST | pc.TCP_FLAG_ACK)])
-    wait_until("the RST session removed", lambda: len(switch.table_entries(pc.T_SESSION)) == 2)
-    removed = controller.metrics.registry.get_sample_value(
-        "opengate_sessions_removed_total", {"npm": "npm1", "reason": "rst"}
+
+    def removed_rst() -> float | None:
+        return controller.metrics.registry.get_sample_value(
+            "opengate_sessions_removed_total", {"npm": "npm1", "reason": "rst"}
+        )
+
+    # The entries go first, then the count (the controller's order): wait for both.
+    wait_until(
+        "the RST session removed and counted",
+        lambda: len(switch.table_entries(pc.T_SESSION)) == 2 and removed_rst() is not None,
     )
-    assert removed == 1
+    assert removed_rst() == 1
     switch.inject_digest(pc.D_SESSION_CLOSE_T, [close(a, pc.TCP_FLAG_FIN | pc.TCP_FLAG_ACK)])
     controller.bus.call(lambda: None)
     assert len(switch.table_entries(pc.T_SESSION)) == 2, "one FIN is a half-close"
@@ -398,12 +405,19 @@ def test_fin_both_ways_and_rst_remove_after_linger(
     wait_until(
         "the FIN session removed after the linger", lambda: not switch.table_entries(pc.T_SESSION)
     )
-    # The entries go first, then the database row (the controller's order): wait for both.
-    wait_until("the session's row deleted", lambda: db_sessions(controller) == [])
-    removed = controller.metrics.registry.get_sample_value(
-        "opengate_sessions_removed_total", {"npm": "npm1", "reason": "fin"}
+
+    def removed_fin() -> float | None:
+        return controller.metrics.registry.get_sample_value(
+            "opengate_sessions_removed_total", {"npm": "npm1", "reason": "fin"}
+        )
+
+    # The entries go first, then the database row and the count (the controller's order; the
+    # row by another thread): wait for all of them.
+    wait_until(
+        "the session's row deleted and counted",
+        lambda: db_sessions(controller) == [] and removed_fin() is not None,
     )
-    assert removed == 1
+    assert removed_fin() == 1
 
 
 def test_rst_keeps_the_session_for_the_linger(
