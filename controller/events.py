@@ -81,6 +81,7 @@ class PacketIn(Event):
     payload: bytes
     metadata: dict[str, int]
     received_at: float
+    key: tuple[int, int, int, int, int] | None  # the payload's flow (parse_flow); None: not IPv4
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,9 @@ full is dropped and counted (its sender retransmits, as after any loss). The dis
 packets in rounds, one from each source with packets waiting, so a packet waits for at most one
 batch of other sources' packets, and a source's own packets keep their order.
 
-Producers are the NPM stream threads; the consumer is the CPM's dispatcher.
+Producers are the NPM stream threads; the consumer is the CPM's dispatcher. The queue asks for
+the consumer (`wake`) when a packet arrives and no call is pending, and again after a take that
+left packets waiting, so that other events on the bus are handled between two takes.
 """
 
 from __future__ import annotations
@@ -24,37 +26,43 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from controller.session_encoding import FlowKey
+
 PER_SOURCE = 256  # packets a source may have waiting
-ETHERTYPE_IPV4 = b"\x08\x00"
-ETHERTYPE_VLAN = b"\x81\x00"
 
 
-def source_of(npm: str, frame: bytes, ingress_port: int) -> Hashable:
-    """Who sent the frame: its IPv4 source address (after at most one VLAN tag), else the
-    port it arrived on."""
-    offset = 12
-    if frame[offset : offset + 2] == ETHERTYPE_VLAN:
-        offset += 4
-    if frame[offset : offset + 2] == ETHERTYPE_IPV4 and len(frame) >= offset + 2 + 16:
-        return (npm, bytes(frame[offset + 14 : offset + 18]))
-    return (npm, ingress_port)
+def source_of(npm: str, key: FlowKey | None, ingress_port: int) -> Hashable:
+    """Who sent a packet: its IPv4 source address (`key`, the packet's flow), else the port it
+    arrived on."""
+    if key is not None:
+        return (npm, "ipv4", key[0])
+    return (npm, "port", ingress_port)
+
+
+def _nothing() -> None:
+    pass
 
 
 class PacketInQueue:
     """Fair queue of packet-ins by source; `put` from any thread, `take` from the consumer."""
 
     def __init__(
-        self, per_source: int = PER_SOURCE, on_drop: Callable[[str], None] | None = None
+        self,
+        per_source: int = PER_SOURCE,
+        on_drop: Callable[[str], None] | None = None,
+        wake: Callable[[], object] = _nothing,
     ) -> None:
         if per_source < 1:
             raise ValueError(f"per_source must be at least 1, got {per_source}")
         self.per_source = per_source
         self.on_drop = on_drop
+        self.wake = wake
         self.dropped = 0
         self._lock = threading.Lock()
         # sources with packets waiting, in serving order; each its packets, oldest first
         self._queues: OrderedDict[Hashable, deque[Any]] = OrderedDict()
         self._size = 0
+        self._woken = False  # a wake is pending: the consumer will take
 
     def __len__(self) -> int:
         return self._size
@@ -72,14 +80,18 @@ class PacketInQueue:
             else:
                 waiting.append(item)
                 self._size += 1
+            wake = not full and not self._woken
+            self._woken = self._woken or wake
         if full and self.on_drop is not None:
             self.on_drop(npm)
+        if wake:
+            self.wake()
         return not full
 
     def take(self, limit: int) -> list[Any]:
         """Up to `limit` items, in rounds: the oldest of each waiting source in turn. A source
         served and still waiting goes to the end of the order, so the next take goes on where
-        this one stopped."""
+        this one stopped; if any are left, the consumer is woken again."""
         out: list[Any] = []
         with self._lock:
             while self._queues and len(out) < limit:
@@ -90,4 +102,8 @@ class PacketInQueue:
                     self._queues.move_to_end(source)
                 else:
                     del self._queues[source]
+            self._woken = self._size > 0
+            wake = self._woken
+        if wake:
+            self.wake()
         return out

@@ -50,6 +50,7 @@ from controller.packet_in_queue import PacketInQueue, source_of
 from controller.policy import Policy, load_policy
 from controller.rematch import Classify, classifier, tables_classifier
 from controller.session_encoding import FlowKey
+from controller.session_model import parse_flow
 from controller.sessions import SessionManager
 from controller.spm_pool import SpmPool
 from controller.verdicts import SpmVerdicts
@@ -129,10 +130,9 @@ class Controller:
         self.db_writer = DbWriter()
         self.bus = ev.EventBus(self.metrics)
         self.packet_ins = PacketInQueue(
-            on_drop=lambda npm: self.metrics.packet_ins_dropped.labels(npm).inc()
+            on_drop=lambda npm: self.metrics.packet_ins_dropped.labels(npm).inc(),
+            wake=lambda: self.bus.publish(ev.PacketInsWaiting()),
         )
-        self._packet_ins_woken = False  # a PacketInsWaiting is queued on the bus
-        self._packet_ins_lock = threading.Lock()
         self.npms: dict[str, NpmConnection] = {}
         self.states: dict[str, NpmState] = {}
         self.policy: Policy | None = None
@@ -273,10 +273,10 @@ class Controller:
                     self.bus.publish(ev.SessionCloseSeen(npm, records))
             elif kind == "packet_in":
                 metadata = conn.decode_packet_in(item)
-                source = source_of(npm, item.payload, metadata.get("ingress_port", 0))
-                event = ev.PacketIn(npm, item.payload, metadata, received)
-                if self.packet_ins.put(source, npm, event):
-                    self._wake_packet_ins()
+                key = parse_flow(item.payload)
+                event = ev.PacketIn(npm, item.payload, metadata, received, key)
+                source = source_of(npm, key, metadata.get("ingress_port", 0))
+                self.packet_ins.put(source, npm, event)
             elif kind == "idle":
                 encoder_keys = tuple(
                     self._decode_session_key(npm, entry) for entry in item.table_entry
@@ -285,26 +285,13 @@ class Controller:
 
         return sink
 
-    def _wake_packet_ins(self) -> None:
-        with self._packet_ins_lock:
-            if self._packet_ins_woken:
-                return
-            self._packet_ins_woken = True
-        self.bus.publish(ev.PacketInsWaiting())
-
     def _on_packet_ins_waiting(self, _event: ev.PacketInsWaiting) -> None:
-        """A batch of packet-ins, one per source in turn; the rest wait behind whatever else
-        the bus has queued meanwhile."""
+        """A batch of packet-ins, one per source in turn (the queue wakes this again, behind
+        whatever else the bus has queued meanwhile, if packets are left)."""
         assert self.sessions is not None
-        with self._packet_ins_lock:
-            self._packet_ins_woken = False  # before taking: a packet put after this wakes again
         batch = self.packet_ins.take(PACKET_IN_BATCH)
-        try:
-            if batch:
-                self.sessions.on_packet_ins(batch)
-        finally:  # a failed batch must not leave the others waiting for the next packet-in
-            if len(self.packet_ins):
-                self._wake_packet_ins()
+        if batch:
+            self.sessions.on_packet_ins(batch)
 
     def _decode_session_key(self, npm: str, entry: p4r.TableEntry) -> FlowKey:
         assert self.sessions is not None

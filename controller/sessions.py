@@ -53,7 +53,6 @@ from controller.session_model import (
     direction_params,
     flow_frame,
     flow_text,
-    parse_flow,
     partner_key,
     reply_key,
     session_from_entries,
@@ -297,7 +296,7 @@ class SessionManager:
                     self.npms[event.npm].packet_out(reply, submit_to_ingress=False, port=port)
                     self.stats.packet_outs += 1
                 continue
-            key = parse_flow(event.payload)
+            key = event.key
             log = LOG.getChild("packet_in")
             if key is None:
                 log.warning("%s: packet-in (%s) that is not IPv4; dropped", event.npm, reason_name)

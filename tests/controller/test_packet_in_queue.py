@@ -15,8 +15,9 @@ from scapy.layers.l2 import Dot1Q, Ether
 from controller import events as ev
 from controller.packet_in_queue import PacketInQueue, source_of
 from controller.runtime import PACKET_IN_BATCH
+from controller.session_model import parse_flow
 from tests.controller.conftest import ControllerFactory, wait_until
-from tests.controller.flows import H1, H2, OUT1, packet_in_meta, syn
+from tests.controller.flows import H1, H2, OUT1, ip, packet_in_meta, syn
 from tests.switch_double import SwitchDouble
 
 # A run of operations: ("put", source) or ("take", limit).
@@ -84,6 +85,20 @@ def test_sources_are_served_in_turn_and_each_keeps_its_order() -> None:
     assert len(queue) == 0 and queue.take(5) == []
 
 
+def test_the_consumer_is_woken_once_per_take_while_packets_wait() -> None:
+    """One wake for a burst of puts; another after a take that left packets; none after a take
+    that emptied the queue, until the next put."""
+    wakes: list[int] = []
+    queue = PacketInQueue(per_source=10, wake=lambda: wakes.append(len(queue)))
+    for n in range(3):
+        queue.put("a", "npm1", n)
+    assert wakes == [1]
+    assert queue.take(1) == [0] and wakes == [1, 2]
+    assert queue.take(10) == [1, 2] and wakes == [1, 2]
+    queue.put("b", "npm1", "b0")
+    assert wakes == [1, 2, 1]
+
+
 def test_a_full_source_is_dropped_alone() -> None:
     drops: list[str] = []
     queue = PacketInQueue(per_source=2, on_drop=drops.append)
@@ -96,10 +111,16 @@ def test_a_full_source_is_dropped_alone() -> None:
 def test_the_source_is_the_ipv4_source_else_the_port() -> None:
     plain = bytes(Ether() / IP(src="10.0.1.10", dst="198.51.100.20") / TCP())
     tagged = bytes(Ether() / Dot1Q(vlan=7) / IP(src="10.0.1.10", dst="198.51.100.20") / TCP())
-    assert source_of("npm1", plain, 1) == source_of("npm1", tagged, 2) == ("npm1", b"\n\x00\x01\n")
-    assert source_of("npm2", plain, 1) != source_of("npm1", plain, 1)
-    assert source_of("npm1", b"\x00" * 12 + b"\x86\xdd" + b"\x00" * 40, 3) == ("npm1", 3)
-    assert source_of("npm1", b"\x00" * 14, 4) == ("npm1", 4), "a short frame: its port"
+    ipv6 = b"\x00" * 12 + b"\x86\xdd" + b"\x00" * 40
+
+    def source(npm: str, frame: bytes, port: int) -> object:
+        return source_of(npm, parse_flow(frame), port)
+
+    assert source("npm1", plain, 1) == source("npm1", tagged, 2) == ("npm1", "ipv4", ip(H1))
+    assert source("npm2", plain, 1) != source("npm1", plain, 1)
+    assert source("npm1", ipv6, 3) == ("npm1", "port", 3)
+    assert source("npm1", b"\x00" * 14, 4) == ("npm1", "port", 4), "a short frame: its port"
+    assert source_of("npm1", None, 3) != source_of("npm1", (3, 0, 0, 0, 0), 1), "ports apart"
 
 
 def test_a_flood_from_one_host_does_not_hold_up_another(
