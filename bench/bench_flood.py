@@ -197,14 +197,20 @@ def _within(counts: dict[float, float], q: float) -> float:
     return next(b for b in sorted(counts) if counts[b] >= q * total)
 
 
-def spm_queue_depths(network: GatewayNetwork, seconds: float) -> list[int]:
-    """The SPMs' queues (kernel queue and dispatcher, summed over SPMs) from their load
-    reports, read every 0.5 s for `seconds`."""
-    out: list[int] = []
+def spm_queue_depths(network: GatewayNetwork, seconds: float) -> list[tuple[int, int]]:
+    """The SPMs' queues, summed over SPMs, from their load reports, read every 0.5 s for
+    `seconds`: (packets not yet answered, those of them the dispatchers have read)."""
+    out: list[tuple[int, int]] = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         spms = network.api("GET", "/api/v1/spms")["spms"].values()
-        out.append(sum(int((s.get("report") or {}).get("queue_depth", 0)) for s in spms))
+        reports = [s.get("report") or {} for s in spms]
+        out.append(
+            (
+                sum(int(r.get("queue_depth", 0)) for r in reports),
+                sum(int(r.get("queue_held", 0)) for r in reports),
+            )
+        )
         time.sleep(0.5)
     return out
 
@@ -366,13 +372,14 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "\nThe CPM's session set-up during each flood (from the digest's or packet-in's arrival "
         "to the sessions written: `opengate_session_setup_seconds`, bucket bounds), and the "
-        "SPMs' queues (kernel queue and dispatcher, from their load reports every 0.5 s):\n"
+        "SPMs' queues (packets not yet answered, and those of them read by the dispatchers, "
+        "from their load reports every 0.5 s):\n"
     )
     print(
         "| policy | set-ups from digests: n, p50 / p99 within ms | from packet-ins "
-        "| SPM queue p50 / max |"
+        "| SPM queue p50 / max | read by the dispatchers p50 / max |"
     )
-    print("|---|---|---|---|")
+    print("|---|---|---|---|---|")
     for name, _rate, r in rows:
         cells = []
         for source in ("digest", "packet_in"):
@@ -381,11 +388,12 @@ def main(argv: list[str] | None = None) -> int:
                 cells.append(f"{n:,}, {p50 * 1000:g} / {p99 * 1000:g}")
             else:
                 cells.append("none")
-        depths = r["spm_queue"] or [0]
-        print(
-            f"| {name} | {cells[0]} | {cells[1]} | {percentile([float(d) for d in depths], 50):.0f}"
-            f" / {max(depths)} |"
-        )
+        samples = r["spm_queue"] or [(0, 0)]
+        queue = [
+            f"{percentile([float(x) for x in column], 50):.0f} / {max(column)}"
+            for column in zip(*samples, strict=True)
+        ]
+        print(f"| {name} | {cells[0]} | {cells[1]} | {queue[0]} | {queue[1]} |")
     print(
         "\nWhere the CPU went during each flood (share of one core; the machine's cores are "
         f"{os.cpu_count()}; the busiest processes by program or module):\n"

@@ -434,6 +434,20 @@ def run_pool(
         i = 0
         n = len(packets)
         while answered < n:
+            for h in pool.handles:  # the verdicts first: they make room for this turn's packets
+                while True:
+                    try:
+                        msg = h.receiver.recv()
+                    except BlockingIOError:
+                        break
+                    if msg and msg[0] == ipc.MSG_VERDICTS:
+                        got = sum(1 for _ in ipc.unpack_verdicts(msg))
+                        disp.queue[h.index] -= got
+                        answered += got
+                    elif msg and msg[0] == ipc.MSG_EVENTS:
+                        for ev in ipc.unpack_events(msg):
+                            if ev.get("type") == "flow_end":
+                                disp.forget(str(ev["community_id"]))
             sent_any = False
             while i < n:
                 cid, src, dst = ids[i]
@@ -450,21 +464,7 @@ def run_pool(
             if sent_any:
                 pool.flush()
             max_queue = max(max_queue, *disp.queue)
-            for h in pool.handles:
-                while True:
-                    try:
-                        msg = h.receiver.recv()
-                    except BlockingIOError:
-                        break
-                    if msg and msg[0] == ipc.MSG_VERDICTS:
-                        got = sum(1 for _ in ipc.unpack_verdicts(msg))
-                        disp.queue[h.index] -= got
-                        answered += got
-                    elif msg and msg[0] == ipc.MSG_EVENTS:
-                        for ev in ipc.unpack_events(msg):
-                            if ev.get("type") == "flow_end":
-                                disp.forget(str(ev["community_id"]))
-            if not sent_any:
+            if not sent_any and answered < n:
                 select.select([h.sock for h in pool.handles], [], [], 0.01)
         seconds = time.perf_counter() - start
         ticks = [cpu_ticks(h.pid) - t0 for h, t0 in zip(pool.handles, ticks0, strict=True)]

@@ -42,7 +42,8 @@ class LoadReport(BaseModel):
     ts: float | str | None = None
     cpu: float = Field(ge=0)
     queue_depth: int = Field(ge=0)
-    queue_dropped: int = Field(default=0, ge=0)  # by the SPM's kernel queue, since it started
+    queue_held: int = Field(default=0, ge=0)  # of queue_depth, read by the dispatcher
+    queue_dropped: int = Field(default=0, ge=0)  # not queued (full or over a share)
     pps: float = Field(default=0, ge=0)
     bps: float = Field(default=0, ge=0)
     mem_bytes: int = Field(default=0, ge=0)

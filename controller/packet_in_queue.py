@@ -22,11 +22,11 @@ left packets waiting, so that other events on the bus are handled between two ta
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
 from typing import Any
 
 from controller.session_encoding import FlowKey
+from opengate.fairqueue import FairQueue
 
 PER_SOURCE = 256  # packets a source may have waiting
 
@@ -54,32 +54,31 @@ class PacketInQueue:
     ) -> None:
         if per_source < 1:
             raise ValueError(f"per_source must be at least 1, got {per_source}")
-        self.per_source = per_source
         self.on_drop = on_drop
         self.wake = wake
         self.dropped = 0
         self._lock = threading.Lock()
-        # sources with packets waiting, in serving order; each its packets, oldest first
-        self._queues: OrderedDict[Hashable, deque[Any]] = OrderedDict()
-        self._size = 0
+        self._queue: FairQueue[Any] = FairQueue(per_source)  # one flow per source
         self._woken = False  # a wake is pending: the consumer will take
 
     def __len__(self) -> int:
-        return self._size
+        return len(self._queue)
+
+    @property
+    def per_source(self) -> int:
+        return self._queue.per_source
+
+    @per_source.setter
+    def per_source(self, value: int) -> None:
+        self._queue.per_source = value
 
     def put(self, source: Hashable, npm: str, item: Any) -> bool:
         """Queue `item` from `source`; False (and counted) when the source's queue is full.
         A source that had nothing waiting joins the end of the round."""
         with self._lock:
-            waiting = self._queues.get(source)
-            if waiting is None:
-                waiting = self._queues[source] = deque()
-            full = len(waiting) >= self.per_source
+            full = not self._queue.put(source, source, item)
             if full:
                 self.dropped += 1
-            else:
-                waiting.append(item)
-                self._size += 1
             wake = not full and not self._woken
             self._woken = self._woken or wake
         if full and self.on_drop is not None:
@@ -92,17 +91,9 @@ class PacketInQueue:
         """Up to `limit` items, in rounds: the oldest of each waiting source in turn. A source
         served and still waiting goes to the end of the order, so the next take goes on where
         this one stopped; if any are left, the consumer is woken again."""
-        out: list[Any] = []
         with self._lock:
-            while self._queues and len(out) < limit:
-                source, waiting = next(iter(self._queues.items()))
-                out.append(waiting.popleft())
-                self._size -= 1
-                if waiting:
-                    self._queues.move_to_end(source)
-                else:
-                    del self._queues[source]
-            self._woken = self._size > 0
+            out = [self._queue.take() for _ in range(min(limit, len(self._queue)))]
+            self._woken = len(self._queue) > 0
             wake = self._woken
         if wake:
             self.wake()

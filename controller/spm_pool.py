@@ -33,6 +33,7 @@ EWMA_ALPHA = 0.5
 REPORT_FIELDS = (
     "cpu",
     "queue_depth",
+    "queue_held",  # of queue_depth, read by the SPM's dispatcher (0 where not reported)
     "queue_dropped",
     "pps",
     "bps",

@@ -5,7 +5,8 @@ Example (every key but `name`, `interface` and `tags` has a default)::
     name: spm1
     interface: eth0
     tags: [1, 2, "100-199"]       # next-hop tags served, from the CPM (ints or "first-last")
-    queue: {num: 0, length: 4096, fail_open: yes, backend: auto}   # backend: auto|nft|xt
+    queue: {num: 0, length: 4096, fail_open: yes, backend: auto,   # backend: auto|nft|xt
+            per_source: 1024, window: 64}   # held per source; packets at a worker at once
     workers: 2
     dispatch: jsq                 # hash2 | hash5 | jsq
     ips:
@@ -59,6 +60,10 @@ class QueueConfig:
     length: int = 4096
     fail_open: bool = True
     backend: str = "auto"
+    # The dispatcher holds packets in a fair queue (`opengate.fairqueue`) and hands each worker at
+    # most `window` at a time; one source may hold `per_source` (more: the fail-open policy).
+    per_source: int = 1024
+    window: int = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +257,8 @@ def _queue(m: Reader) -> QueueConfig:
         length=m.get("length", _int_range(1, 1 << 20), d.length),
         fail_open=m.get("fail_open", as_bool, d.fail_open),
         backend=m.get("backend", one_of(*QUEUE_BACKENDS), d.backend),
+        per_source=m.get("per_source", _int_range(1, 1 << 20), d.per_source),
+        window=m.get("window", _int_range(1, 1 << 16), d.window),
     )
 
 

@@ -5,21 +5,27 @@ it) -> bind the NFQUEUE -> install the kernel plumbing (which first removes a cr
 leftovers) -> loop. Stop (SIGTERM/SIGINT): leave the loop, answer every packet still held (by the
 fail-open policy), stop the workers by PID, unbind, remove the plumbing.
 
-The loop reads packets from the queue, gives each to the worker that owns its flow
-(`FlowDispatcher`), and turns the workers' verdicts into NFQUEUE verdicts: ACCEPT as is, DROP,
-BLOCK and BYPASS as ACCEPT with a flag in the mark that the nftables rules copy into the flow's
-conntrack mark (so the kernel drops or passes the rest of the flow without asking again). It
-stops reading the queue while the workers have `queue.length` packets outstanding (the kernel
-queue then fills, and fail-open decides). A worker that dies is restarted; the packets it held
-are accepted (fail-open) or dropped.
+The loop reads packets from the queue into a fair queue (`opengate.fairqueue`: a queue per flow,
+flows grouped by source, served in turn), hands them from there to the worker that owns their
+flow (`FlowDispatcher`), at most `queue.window` packets at each worker at once, and turns the
+workers' verdicts into NFQUEUE verdicts: ACCEPT as is, DROP, BLOCK and BYPASS as ACCEPT with a
+flag in the mark that the nftables rules copy into the flow's conntrack mark (so the kernel
+drops or passes the rest of the flow without asking again). So a host's new flow waits behind a
+packet of each other busy source, not behind a flooding host's backlog. A source holding
+`queue.per_source` packets has its next ones answered by the fail-open policy (accepted
+uninspected, or dropped), counted with the kernel queue's drops. The loop stops reading the
+queue while `queue.length` packets are held or at the workers (the kernel queue then fills,
+and fail-open decides). A worker that dies is restarted; the packets it held are accepted
+(fail-open) or dropped.
 
 Beside Snort (`queue_num` given: the AV after Snort, see `spm.ips.snort`), the daemon reads that
 queue, which the Snort adapter's plumbing feeds, and installs no plumbing; the start and stop
 records and the load reports are the adapter's; alerts go to the CPM and the EVE log as here.
 
 Every second: a load report to the CPM (`cpu`: percent of the host's CPU capacity used by the
-dispatcher and its workers; `queue_depth`: packets waiting in the kernel queue and at the
-workers; `mem_bytes`: their total PSS); alerts and bypass requests go to the CPM as they come,
+dispatcher and its workers; `queue_depth`: packets not yet answered, as the kernel counts them;
+`queue_held`: those of them read by the dispatcher (in its fair queue or at a worker);
+`mem_bytes`: their total PSS); alerts and bypass requests go to the CPM as they come,
 and to the EVE log.
 """
 
@@ -36,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from opengate.fairqueue import FairQueue
 from spm import ipc
 from spm.av.inspector import AvInspector
 from spm.capture import NF_ACCEPT, NF_DROP, NfQueue, QueuedPacket
@@ -65,6 +72,7 @@ class DaemonCounters:
     unparseable: int = 0
     paused: int = 0  # times reading the queue was paused (workers full)
     failed_over: int = 0  # packets answered by policy because their worker died
+    overflow: int = 0  # packets over their source's share of the fair queue, answered by policy
 
 
 def cpu_ticks(pid: int) -> int:
@@ -150,6 +158,10 @@ class SpmDaemon:
             timeout=cfg.limits.flow_timeout,
         )
         self.pending: dict[int, tuple[int, int]] = {}  # packet id -> (worker, mark)
+        # read from the kernel, not yet at a worker: (packet, community id, source, destination)
+        self.held: FairQueue[tuple[QueuedPacket, str, bytes, bytes]] = FairQueue(
+            cfg.queue.per_source
+        )
         self.max_outstanding = max(64, cfg.queue.length)
         self.pool: WorkerPool | None = None
         self.nfq: NfQueue | None = None
@@ -230,6 +242,8 @@ class SpmDaemon:
             for packet_id in list(self.pending):
                 self.nfq.verdict(packet_id, fail)
             self.pending.clear()
+            for qp, _cid, _src, _dst in self.held.drain():
+                self.nfq.verdict(qp.packet_id, fail)
             self.nfq.close()
         if self.pool is not None:
             self.pool.stop()
@@ -264,17 +278,19 @@ class SpmDaemon:
                         if not pkts:
                             break
                         for qp in pkts:
-                            self._dispatch(qp)
-                        if len(self.pending) >= self.max_outstanding:
+                            self._hold(qp)
+                        self._hand_out()
+                        if len(self.pending) + len(self.held) >= self.max_outstanding:
                             break
                 elif key.data == "wake":
                     with contextlib.suppress(OSError):
                         self._wake_r.recv(64)
                 else:
                     self._from_worker(key.data)
+            self._hand_out()
             backlog = not pool.flush()
             nfq.flush()
-            full = len(self.pending) >= self.max_outstanding
+            full = len(self.pending) + len(self.held) >= self.max_outstanding
             if full and reading:
                 self._sel.unregister(nfq)
                 self.counters.paused += 1
@@ -285,8 +301,8 @@ class SpmDaemon:
             if time.monotonic() >= self._last_tick + TICK:
                 self._tick()
 
-    def _dispatch(self, qp: QueuedPacket) -> None:
-        assert self.nfq is not None and self.pool is not None
+    def _hold(self, qp: QueuedPacket) -> None:
+        assert self.nfq is not None
         c = self.counters
         c.packets += 1
         c.bytes += len(qp.payload)
@@ -295,10 +311,23 @@ class SpmDaemon:
             c.unparseable += 1
             self.nfq.verdict(qp.packet_id, NF_DROP)
             return
-        worker = self.dispatcher.pick(cid, src, dst, time.time())
-        self.dispatcher.queue[worker] += 1
-        self.pending[qp.packet_id] = (worker, qp.mark)
-        self.pool.queue(worker, qp.packet_id, cid, qp.payload)
+        if not self.held.put(src, cid, (qp, cid, src, dst)):
+            c.overflow += 1
+            self.nfq.verdict(qp.packet_id, NF_ACCEPT if self.cfg.queue.fail_open else NF_DROP)
+
+    def _hand_out(self) -> None:
+        """Held packets to their workers, in turn, while the workers have room."""
+        assert self.pool is not None
+        room = self.cfg.queue.window * max(1, sum(self.dispatcher.alive)) - len(self.pending)
+        now = time.time()
+        for _ in range(min(room, len(self.held))):
+            item = self.held.take()
+            assert item is not None
+            qp, cid, src, dst = item
+            worker = self.dispatcher.pick(cid, src, dst, now)
+            self.dispatcher.queue[worker] += 1
+            self.pending[qp.packet_id] = (worker, qp.mark)
+            self.pool.queue(worker, qp.packet_id, cid, qp.payload)
 
     def _apply(self, packet_id: int, verdict: int) -> None:
         assert self.nfq is not None
@@ -402,11 +431,15 @@ class SpmDaemon:
         self._last_cpu = ticks
         c = self.counters
         kernel = kernel_queue(self.queue_num)
+        read = len(self.pending) + len(self.held)
         report = {
             "ts": time.time(),
             "cpu": round(cpu, 1),
-            "queue_depth": len(self.pending) + kernel.depth,
-            "queue_dropped": kernel.dropped,
+            # The kernel counts a packet until its verdict, read or not: what this process
+            # holds (`queue_held`: in the fair queue or at a worker) is part of its count.
+            "queue_depth": max(kernel.depth, read),
+            "queue_held": read,
+            "queue_dropped": kernel.dropped + c.overflow,
             "pps": round((c.packets - self._last_packets) / interval, 1),
             "bps": round(8 * (c.bytes - self._last_bytes) / interval, 1),
             "mem_bytes": sum(pss_bytes(p) for p in pids),
@@ -422,11 +455,14 @@ class SpmDaemon:
         dropped = report["queue_dropped"]
         if dropped > self._last_dropped:
             self._log.warning(
-                "queue %d: the kernel dropped %d packets in the last second (%d since start): "
-                "the queue was full (%d packets) or this process did not read in time",
+                "queue %d: %d packets not queued in the last second (%d since start; %d over "
+                "their source's share of %d, answered by the fail-open policy; the kernel dropped "
+                "the rest: the queue was full, %d packets, or this process did not read in time)",
                 self.queue_num,
                 dropped - self._last_dropped,
                 dropped,
+                self.counters.overflow,
+                self.cfg.queue.per_source,
                 self.cfg.queue.length,
             )
         self._last_dropped = dropped
@@ -446,6 +482,7 @@ class SpmDaemon:
                         "unparseable": self.counters.unparseable,
                         "paused": self.counters.paused,
                         "failed_over": self.counters.failed_over,
+                        "overflow": self.counters.overflow,
                         "flows_assigned": self.dispatcher.counters.flows_assigned,
                     },
                     "workers": [h.stats for h in self.pool.handles],

@@ -27,6 +27,9 @@ from spm.worker import Worker
 LOG = logging.getLogger(__name__)
 
 STATS_INTERVAL = 1.0
+# Verdicts go back in chunks of this many packets, not once per batch: the dispatcher hands out
+# more (its window per worker) while the worker goes on with the rest of the batch.
+VERDICT_CHUNK = 16
 
 
 def event_dict(event: Alert | BypassRequest | str) -> dict[str, Any]:
@@ -58,11 +61,14 @@ def worker_loop(sock: socket.socket, worker: Worker) -> None:
                 return
             if msg[0] == ipc.MSG_PACKETS:
                 now = time.time()
-                verdicts = [
-                    (pid, int(worker.process(raw, cid, now)))
-                    for pid, cid, raw in ipc.unpack_packets(msg)
-                ]
-                sock.sendall(ipc.pack_verdicts(verdicts))
+                verdicts: list[tuple[int, int]] = []
+                for pid, cid, raw in ipc.unpack_packets(msg):
+                    verdicts.append((pid, int(worker.process(raw, cid, now))))
+                    if len(verdicts) == VERDICT_CHUNK:
+                        sock.sendall(ipc.pack_verdicts(verdicts))
+                        verdicts.clear()
+                if verdicts:
+                    sock.sendall(ipc.pack_verdicts(verdicts))
         events: list[dict[str, Any]] = []
         if worker.events:
             events = [event_dict(e) for e in worker.events]

@@ -88,7 +88,8 @@ def test_load_reports_are_validated(served: tuple[Controller, httpx.Client]) -> 
     ok = {
         "ts": 1.0,
         "cpu": 50,
-        "queue_depth": 0,
+        "queue_depth": 5,
+        "queue_held": 3,
         "queue_dropped": 7,
         "pps": 1,
         "bps": 2,
@@ -116,6 +117,7 @@ def test_load_reports_are_validated(served: tuple[Controller, httpx.Client]) -> 
     spms = client.get("/api/v1/spms").json()["spms"]
     assert spms["spm1"]["report"]["flows"] == 4
     assert spms["spm1"]["report"]["queue_dropped"] == 7
+    assert spms["spm1"]["report"]["queue_held"] == 3
     metrics = client.get("/metrics").text
     assert 'opengate_spm_weight{spm="spm1"} 4.0' in metrics
     assert 'opengate_spm_queue_dropped{spm="spm1"} 7.0' in metrics

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 
 CLONE_NEWNET = 0x40000000
 ETH_P_ALL = 0x0003
+SO_RCVBUFFORCE = 33
 
 
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -66,6 +67,8 @@ def in_netns(name: str, fn: Callable[[], socket.socket]) -> socket.socket:
 def raw_socket(netns_name: str, iface: str) -> socket.socket:
     def make() -> socket.socket:
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        # room for a burst of frames (the default ~200 KiB holds about 300 small ones)
+        s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
         s.bind((iface, 0))
         return s
 

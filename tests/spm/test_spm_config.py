@@ -13,7 +13,7 @@ FULL = """\
 name: spm1
 interface: eth1
 tags: [1, "0x10-0x12", 300]
-queue: {num: 3, length: 512, fail_open: no, backend: xt}
+queue: {num: 3, length: 512, fail_open: no, backend: xt, per_source: 100, window: 8}
 workers: 2
 dispatch: jsq
 ips:
@@ -38,6 +38,7 @@ def test_full_config_is_read_with_ranges_expanded(tmp_path: Path) -> None:
     cfg = load_config(_write(tmp_path, FULL))
     assert cfg.tags == (1, 16, 17, 18, 300)
     assert (cfg.queue.num, cfg.queue.length, cfg.queue.fail_open) == (3, 512, False)
+    assert (cfg.queue.per_source, cfg.queue.window) == (100, 8)
     assert cfg.dispatch == "jsq" and cfg.workers == 2
     assert cfg.ips.rules == ("a.rules", "b.rules")
     assert cfg.ips.variables == {"HOME_NET": "10.0.0.0/8", "HTTP_PORTS": "[80,8080]"}
@@ -49,6 +50,7 @@ def test_full_config_is_read_with_ranges_expanded(tmp_path: Path) -> None:
 def test_minimal_config_gets_defaults(tmp_path: Path) -> None:
     cfg = load_config(_write(tmp_path, "name: s\ninterface: eth0\ntags: [7]\n"))
     assert cfg.queue.fail_open and cfg.dispatch == "hash5" and cfg.workers == 1
+    assert (cfg.queue.per_source, cfg.queue.window) == (1024, 64)
     assert not cfg.av.enabled and cfg.ips.enabled
 
 
@@ -63,6 +65,8 @@ def test_minimal_config_gets_defaults(tmp_path: Path) -> None:
             "",
         ),
         ("name: s\ninterface: e\ntags: [1]\nqueue:\n  lenght: 5\n", 5, "queue.lenght", "unknown"),
+        ("name: s\ninterface: e\ntags: [1]\nqueue: {window: 0}\n", 4, "queue.window", ""),
+        ("name: s\ninterface: e\ntags: [1]\nqueue: {per_source: -1}\n", 4, "queue.per_source", ""),
         ("name: s\ninterface: e\ntags:\n  - 1\n  - 70000\n", 5, "tags[1]", "0-65535"),
         ("name: s\ninterface: e\ntags: [1, 1]\n", 3, "tags[1]", "twice"),
         (

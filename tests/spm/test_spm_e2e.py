@@ -27,6 +27,7 @@ from scapy.packet import Raw
 from opengate.netutil import stop_process
 from spm.community_id import community_id_str
 from spm.config import tag_mac
+from spm.daemon import NFQUEUE_PROC
 from tests.helpers import skip_unless_root, skip_unless_tool
 from tests.spm.spm_netns import netns, raw_socket, sh, wait_for
 
@@ -253,7 +254,8 @@ def spm_rig(tmp: Path, ips_extra: str, av: str) -> Iterator[Rig]:
             config = tmp / "spm.yaml"
             config.write_text(
                 f"name: e2e{pid}\ninterface: {spm_if}\ntags: [{TAGS[0]}, {TAGS[1]}]\n"
-                "queue: {num: 3, length: 1024, fail_open: no}\nworkers: 2\ndispatch: jsq\n"
+                "queue: {num: 3, length: 1024, fail_open: no, per_source: 600, window: 32}\n"
+                "workers: 2\ndispatch: jsq\n"
                 + ips
                 + av
                 + "bypass: {classes: [tls], after_bytes: 3000}\n"
@@ -441,6 +443,7 @@ def test_load_reports_reach_the_cpm_with_the_token(rig: Rig) -> None:
         "ts",
         "cpu",
         "queue_depth",
+        "queue_held",
         "queue_dropped",
         "pps",
         "bps",
@@ -478,6 +481,64 @@ def test_packets_the_kernel_queue_drops_are_counted_and_reported(rig: Rig) -> No
     wait_for("the warning", lambda: "the kernel dropped" in rig.log.read_text(), 15)
     wait_for("the queue to drain", drained, 30)
     assert 40 <= reported() <= sent
+
+
+def _kernel_queue_depth(rig: Rig) -> int:
+    """Packets waiting in the SPM's kernel queue (its namespace's nfnetlink_queue)."""
+    text = sh("nsenter", f"--net=/run/netns/{rig.spm_ns}", "cat", str(NFQUEUE_PROC)).stdout
+    return sum(int(cols[2]) for cols in map(str.split, text.splitlines()) if cols)
+
+
+def test_a_flooding_source_does_not_hold_up_another_and_its_excess_is_counted(rig: Rig) -> None:
+    """With the SPM and its workers stopped, 900 packets of 90 flows from one host and then one
+    from another wait in the kernel queue. The dispatcher alone runs on and reads them all: it
+    hands the workers their window (32 each), holds the flood's share (600) and drops the rest
+    (fail-closed), and holds the other host's packet. Once the workers run, that packet is
+    inspected in the first rounds (in arrival order it came last), and the drops are reported
+    with the queue's."""
+    flows = [rig.conversation() for _ in range(90)]
+    rig.next_port += 1
+    other = TcpFlow(rig.next_port, client="10.1.0.11")
+    window, share = 2 * 32, 600
+    workers = Path(f"/proc/{rig.proc.pid}/task/{rig.proc.pid}/children").read_text().split()
+    before = max((b.get("queue_dropped", 0) for b in rig.cpm.bodies("/load")), default=0)
+
+    def held() -> int:
+        reports = rig.cpm.bodies("/load")
+        return int(reports[-1].get("queue_held", 0)) if reports else 0
+
+    for pid in [rig.proc.pid, *map(int, workers)]:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        flood = rig.send(TAGS[0], [f.pkt(True, "PA", b"x") for _ in range(10) for f in flows])
+        late = rig.send(TAGS[0], [other.pkt(True, "PA", b"y")])[0]
+        wait_for("the packets in the kernel queue", lambda: _kernel_queue_depth(rig) == 901, 10)
+        os.kill(rig.proc.pid, signal.SIGCONT)
+        # all read (the late one too), none answered: a window at the workers, a share held
+        wait_for("the dispatcher to read them all", lambda: held() == window + share + 1, 15)
+    finally:
+        for pid in [rig.proc.pid, *map(int, workers)]:
+            os.kill(pid, signal.SIGCONT)
+
+    def dropped() -> int:
+        return max((b.get("queue_dropped", 0) for b in rig.cpm.bodies("/load")), default=0)
+
+    def settled() -> bool:  # every flood packet came back or was reported dropped
+        rig.collect()
+        back = sum(1 for i in flood if i in rig.returned)
+        return late in rig.returned and back + dropped() - before == len(flood)
+
+    try:
+        wait_for("the flood's packets back or dropped, and the late one back", settled, 30)
+    except TimeoutError as error:
+        back = sum(1 for i in flood if i in rig.returned)
+        raise AssertionError(
+            f"{error}: {back} of {len(flood)} back, {dropped() - before} reported dropped, "
+            f"the late one {'back' if late in rig.returned else 'not back'}"
+        ) from None
+    assert dropped() - before == len(flood) - share - window
+    order = [i for i in rig.returned if i in set(flood) or i == late]
+    assert order.index(late) <= window + 2, f"the late packet came back {order.index(late) + 1}th"
 
 
 def test_a_worker_that_dies_is_restarted_and_traffic_still_flows(rig: Rig) -> None:
