@@ -1,7 +1,7 @@
 """A flood of new UDP flows from one inside host, and what the other users of the gateway see.
 
     sudo .venv/bin/python -m bench.bench_flood [--rates 2000,8000] [--seconds 10]
-        [--policies routed,ondemand,plain,npm,cpm]
+        [--policies routed,ondemand,plain,npm,cpm] [--trace]
 
 Needs root (Mininet). h2 sends 18-byte datagrams to out1, each a new flow, at each rate for
 `--seconds`, with bench.csender (the paced C sender) on its interface: the flooding host's own CPU
@@ -12,7 +12,9 @@ The policies: routed (the example policy without masquerade; `ondemand`: with it
 entries on demand; `plain`: with no chain on any class, so that nothing is inspected) and the
 example policy (masquerade), whose flows the NPM makes itself, and the example policy with
 `data_plane_ports: off`, whose masqueraded flows go to the CPM. The
-example policy limits each source to 1,000 new flows a second (2,000 at once).
+example policy limits each source to 1,000 new flows a second (2,000 at once). `--trace`
+follows h1's connections through the NPM, the CPM and the SPMs during each flood
+(`bench.connect_trace`: tcpdump on the NPM's ports and its P4Runtime connection).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench import connect_trace
 from bench.bench_sessions import measure, percentile
 from bench.csender import binary, write_frames
 from opengate import p4constants as pc
@@ -269,11 +272,23 @@ def cpu_shares(before: dict[str, int], after: dict[str, int], seconds: float) ->
 
 
 def flood(
-    network: GatewayNetwork, rate: int, seconds: int, alone_mbps: float, phase: int
+    network: GatewayNetwork,
+    rate: int,
+    seconds: int,
+    alone_mbps: float,
+    phase: int,
+    trace: bool = False,
 ) -> dict[str, Any]:
     frames = repo_root() / "run" / "bench-flood" / "flood.frames"
     frames.parent.mkdir(parents=True, exist_ok=True)
     write_frames(frames, flood_frames(network.spec, rate * seconds, phase))
+    capture = None
+    if trace:
+        npm = network.spec.npms[0].name
+        grpc_port = int(network.net.get(npm).grpc_address.rsplit(":", 1)[1])
+        capture = connect_trace.start(
+            network.spec, npm, grpc_port, frames.parent / f"trace-{phase}"
+        )
     before = drops(network)
     events_before = flow_events(network)
     setup_before = setup_buckets(network)
@@ -310,6 +325,9 @@ def flood(
     results["api"] = api_times(network, max(1.0, seconds - 3 - 1))
     for thread in threads:
         thread.join()
+    if capture is not None:
+        capture.stop()
+        results["trace"] = connect_trace.analyse(capture)
     results["drops"] = drops_since(network, before)
     results["events"] = drops_since(
         network, events_before, pc.C_FLOW_EVENT_COUNTER, pc.FLOW_EVENT_NAMES
@@ -326,6 +344,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default="2000,8000")
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--policies", default=",".join(POLICIES), help=",".join(POLICIES))
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="capture h1's connections on the NPM's ports and P4Runtime connection "
+        "(tcpdump) and print where their time went",
+    )
     args = parser.parse_args(argv)
     chosen = chosen_policies(parser, args.policies)
     if os.geteuid() != 0:
@@ -345,7 +369,9 @@ def main(argv: list[str] | None = None) -> int:
             alone = iperf(network, max(2, args.seconds - 3))
             for rate in rates:
                 phase = len(rows)
-                rows.append((name, rate, flood(network, rate, args.seconds, alone, phase)))
+                rows.append(
+                    (name, rate, flood(network, rate, args.seconds, alone, phase, args.trace))
+                )
     print(
         f"Command: `{' '.join(['python -m bench.bench_flood', *(argv or sys.argv[1:])])}`, "
         f"target {choice.target.value}, {args.seconds} s per flood\n"
@@ -401,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, rate, r in rows:
         busiest = sorted(r["cpu"].items(), key=lambda kv: -kv[1])[:CPU_TOP]
         print(f"- {name}, {rate}/s: " + ", ".join(f"{k} {v * 100:.0f} %" for k, v in busiest))
+    if args.trace:
+        connect_trace.table([(f"{name}, {rate}/s", r["trace"]) for name, rate, r in rows])
     return 0
 
 
