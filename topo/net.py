@@ -287,7 +287,12 @@ class GatewayNetwork:
     def __enter__(self) -> GatewayNetwork:
         try:
             self.start()
-        except BaseException:
+        except BaseException as error:
+            if isinstance(error, Exception):  # what the logs say, before stop() ends it all
+                try:
+                    error.add_note(f"the topology when it failed to start:\n{self.diagnosis()}")
+                except Exception as failed:  # the diagnosis must not hide the error
+                    error.add_note(f"(no diagnosis: {failed!r})")
             self.stop()
             raise
         return self

@@ -125,3 +125,30 @@ def test_processes_of_a_killed_run_are_stopped_and_no_others() -> None:
         for process in processes.values():
             process.kill()
             process.wait()
+
+
+def test_a_start_that_fails_says_what_the_topology_looked_like(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error of a failed start carries the diagnosis (controllers' views, ports, the logs'
+    last lines), taken before the topology is stopped and its processes' state is gone."""
+    from opengate.target import repo_root
+    from topo.model import load_topology
+    from topo.net import GatewayNetwork
+
+    spec = load_topology(repo_root() / "topo" / "gateway.yaml", root=repo_root())
+    network = GatewayNetwork(spec, tmp_path)
+    (tmp_path / "npm1.log").write_text("first line\nthe switch's last words\n")
+    stopped: list[bool] = []
+
+    def start(_self: GatewayNetwork) -> None:
+        raise TimeoutError("npm1 never connected")
+
+    monkeypatch.setattr(GatewayNetwork, "start", start)
+    monkeypatch.setattr(GatewayNetwork, "stop", lambda _self: stopped.append(True))
+    with pytest.raises(TimeoutError, match="npm1 never connected") as caught:
+        network.__enter__()
+    notes = "\n".join(caught.value.__notes__)
+    assert "the topology when it failed to start" in notes
+    assert "the switch's last words" in notes and "npm1 ports:" in notes
+    assert stopped == [True]
