@@ -279,16 +279,29 @@ def flood(
     phase: int,
     trace: bool = False,
 ) -> dict[str, Any]:
+    """One flood and what h1, iperf3, the API, the CPM and the SPMs saw; `trace`: with h1's
+    connects followed through the gateway (`connect_trace`), its captures stopped whatever
+    happens."""
+    if not trace:
+        return _flood(network, rate, seconds, alone_mbps, phase)
+    npm = network.spec.npms[0].name
+    grpc_port = int(network.net.get(npm).grpc_address.rsplit(":", 1)[1])
+    where = repo_root() / "run" / "bench-flood" / f"trace-{phase}"
+    capture = connect_trace.start(network.spec, npm, grpc_port, where)
+    try:
+        results = _flood(network, rate, seconds, alone_mbps, phase)
+    finally:
+        capture.stop()
+    results["trace"] = connect_trace.analyse(capture)
+    return results
+
+
+def _flood(
+    network: GatewayNetwork, rate: int, seconds: int, alone_mbps: float, phase: int
+) -> dict[str, Any]:
     frames = repo_root() / "run" / "bench-flood" / "flood.frames"
     frames.parent.mkdir(parents=True, exist_ok=True)
     write_frames(frames, flood_frames(network.spec, rate * seconds, phase))
-    capture = None
-    if trace:
-        npm = network.spec.npms[0].name
-        grpc_port = int(network.net.get(npm).grpc_address.rsplit(":", 1)[1])
-        capture = connect_trace.start(
-            network.spec, npm, grpc_port, frames.parent / f"trace-{phase}"
-        )
     before = drops(network)
     events_before = flow_events(network)
     setup_before = setup_buckets(network)
@@ -325,9 +338,6 @@ def flood(
     results["api"] = api_times(network, max(1.0, seconds - 3 - 1))
     for thread in threads:
         thread.join()
-    if capture is not None:
-        capture.stop()
-        results["trace"] = connect_trace.analyse(capture)
     results["drops"] = drops_since(network, before)
     results["events"] = drops_since(
         network, events_before, pc.C_FLOW_EVENT_COUNTER, pc.FLOW_EVENT_NAMES
@@ -360,18 +370,25 @@ def main(argv: list[str] | None = None) -> int:
     spec = load_topology(root / "topo" / "gateway.yaml", root=root)
     choice = select_target()
     rows: list[tuple[str, int, dict[str, Any]]] = []
+    stopped = ""
     with GatewayNetwork(spec, root / "run" / "bench-flood", target=choice) as network:
         running = network.api("GET", "/api/v1/policy")
         path = str(spec.policy)
         texts = policy_variants(running["text"])
-        for name, text in ((POLICIES[key], texts[key]) for key in chosen):
-            network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": text})
-            alone = iperf(network, max(2, args.seconds - 3))
-            for rate in rates:
-                phase = len(rows)
-                rows.append(
-                    (name, rate, flood(network, rate, args.seconds, alone, phase, args.trace))
-                )
+        try:
+            for name, text in ((POLICIES[key], texts[key]) for key in chosen):
+                network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": text})
+                alone = iperf(network, max(2, args.seconds - 3))
+                for rate in rates:
+                    phase = len(rows)
+                    rows.append(
+                        (name, rate, flood(network, rate, args.seconds, alone, phase, args.trace))
+                    )
+        except ConnectionError as error:  # the switch went away (BMv2 has aborted in a flood)
+            logs = ", ".join(str(network.run_dir / f"{n.name}.log") for n in spec.npms)
+            stopped = f"The run stopped early: {error} (the switch's log: {logs}).\n"
+    if stopped:
+        print(stopped)
     print(
         f"Command: `{' '.join(['python -m bench.bench_flood', *(argv or sys.argv[1:])])}`, "
         f"target {choice.target.value}, {args.seconds} s per flood\n"
