@@ -15,6 +15,8 @@
 4. Memory of N workers forked after the rules are loaded (they share them copy-on-write) versus
    N separate processes that each load the rules: total PSS, after the workers have inspected
    traffic.
+5. A worker's time per packet for a flood's new flows (one UDP datagram each) against the
+   segments of one established bulk TCP flow.
 
     .venv/bin/python -m bench.bench_spm [--quick]
 
@@ -701,6 +703,36 @@ pool.stop()
 """
 
 
+def bench_flow_costs(rs: RuleSet | None, rname: str, n: int) -> None:
+    """A worker's time per packet for what a flood of new flows brings (one 18-byte UDP
+    datagram per flow, as bench_flood's flooder sends) against the segments of one established
+    bulk TCP flow (1,448 bytes each, as iperf3's): the least of three passes, each on a fresh
+    worker."""
+    rng = random.Random(7)
+    h2, out1, h1 = bytes([10, 0, 1, 11]), bytes([198, 51, 100, 20]), bytes([10, 0, 1, 10])
+    datagrams = [
+        ipv4(h2, out1, 17, struct.pack("!HHHH", 1024 + i, 20000, 18, 0) + b"x" * 10)
+        for i in range(n)
+    ]
+    bulk = Tcp(h1, out1, 40000, 5201)
+    segments = bulk.open() + bulk.send(True, rng.randbytes(1448 * n))
+    rows = []
+    for what, packets in (
+        ("new UDP flows, one 18-byte datagram each", datagrams),
+        ("one TCP flow's 1,448-byte segments", segments),
+    ):
+        best = min(
+            run_worker(Worker(cfg(), BuiltinEngine(rs) if rs else None, None), packets)
+            for _ in range(3)
+        )
+        rows.append((what, len(packets), f"{best / len(packets) * 1e6:.1f}"))
+    table(
+        f"A worker's time per packet, {rname} rules (least of 3 passes, in process)",
+        ("packets", "n", "us per packet"),
+        rows,
+    )
+
+
 def pss(pid: int) -> int:
     """Proportional set size in bytes (shared pages divided among their users)."""
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
@@ -789,6 +821,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if clamd is not None:
                 stop_process(clamd[0])
     all_name = list(rulesets)[-1]
+    bench_flow_costs(everything, all_name, 1000 * scale)
     bench_scaling(traffic["mixed"], everything, all_name)
     bench_dispatch(skewed(rng, 100 * scale), 100 * scale, everything, all_name)
     bench_memory((1, 2, 4) if args.quick else (1, 2, 4, 7))
