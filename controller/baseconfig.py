@@ -120,6 +120,58 @@ def desired_base(
     `available`: the tables and meters the NPM's program has (None: all of them); the TNA build
     has no data-plane sessions, hence no flow_ageing. `ipsec_holder`: the IPsec SPM that holds
     the tunnels now (`controller.ipsec.active_spm`)."""
+    return with_weights(static_base(policy, tag_base, available), policy, weights, ipsec_holder)
+
+
+def with_weights(
+    static: BaseConfig,
+    policy: Policy,
+    weights: Mapping[str, int],
+    ipsec_holder: str | None = None,
+) -> BaseConfig:
+    """`static` (what `static_base` made) with what the SPMs' weights decide: the selector's
+    groups and the routes to the IPsec SPM. A new BaseConfig; its meters are `static`'s own
+    dict, shared (nothing changes a BaseConfig's meters once made), so that `diff_base` of two
+    made from one static part skips them."""
+    out = BaseConfig(
+        entries=dict(static.entries),
+        members=dict(static.members),
+        groups=dict(static.groups),
+        group_entries=dict(static.group_entries),
+        meters=static.meters,
+    )
+    # IPsec (controller.ipsec): remote subnets and the IKE/ESP address to the active IPsec SPM.
+    for ipsec_route in ipsec_routes(policy, weights, ipsec_holder):
+        prefix = ipsec_route.prefix
+        out.add(
+            TableEntry.make(
+                pc.T_ROUTING,
+                {"ipv4_dst": Lpm(int(prefix.network_address), prefix.prefixlen)},
+                pc.A_ROUTE_TO,
+                {"port": ipsec_route.port, "next_hop_mac": ipsec_route.mac},
+            )
+        )
+    # SPM selector: one group per pool, weights from the load reports.
+    for pool in policy.pools:
+        specs = [s for s in policy.spms if s.name in pool.spms]
+        members = tuple(
+            sorted(
+                (s.member_id, min(weights.get(s.name, 0), s.weight))
+                for s in specs
+                if weights.get(s.name, 0) > 0
+            )
+        )
+        max_size = sum(s.weight for s in specs)
+        out.groups[pool.pool_id] = Group(pool.pool_id, members, max_size)
+        if members:
+            out.group_entries[pool.pool_id] = GroupEntry(pool.pool_id, pool.pool_id)
+    return out
+
+
+def static_base(
+    policy: Policy, tag_base: int, available: Container[str] | None = None
+) -> BaseConfig:
+    """The base configuration but for what the SPMs' weights decide (`with_weights`)."""
     out = BaseConfig()
 
     def has(name: str) -> bool:
@@ -177,17 +229,6 @@ def desired_base(
                 {"ipv4_dst": Lpm(int(route.prefix.network_address), route.prefix.prefixlen)},
                 pc.A_ROUTE_TO,
                 {"port": route.port, "next_hop_mac": route.next_hop_mac},
-            )
-        )
-    # IPsec (controller.ipsec): remote subnets and the IKE/ESP address to the active IPsec SPM.
-    for ipsec_route in ipsec_routes(policy, weights, ipsec_holder):
-        prefix = ipsec_route.prefix
-        out.add(
-            TableEntry.make(
-                pc.T_ROUTING,
-                {"ipv4_dst": Lpm(int(prefix.network_address), prefix.prefixlen)},
-                pc.A_ROUTE_TO,
-                {"port": ipsec_route.port, "next_hop_mac": ipsec_route.mac},
             )
         )
     # Masquerading: by the NPM itself from its block of ports where the program and the policy
@@ -257,22 +298,9 @@ def desired_base(
             )
         )
     out.add(acl_default_entry(policy))
-    # SPM selector: one member per SPM, one group per pool, weights from the load reports.
+    # SPM selector: one member per SPM (the groups: `with_weights`).
     for spm in policy.spms:
         out.members[spm.member_id] = Member(spm.member_id, spm.port, spm.mac)
-    for pool in policy.pools:
-        specs = [s for s in policy.spms if s.name in pool.spms]
-        members = tuple(
-            sorted(
-                (s.member_id, min(weights.get(s.name, 0), s.weight))
-                for s in specs
-                if weights.get(s.name, 0) > 0
-            )
-        )
-        max_size = sum(s.weight for s in specs)
-        out.groups[pool.pool_id] = Group(pool.pool_id, members, max_size)
-        if members:
-            out.group_entries[pool.pool_id] = GroupEntry(pool.pool_id, pool.pool_id)
     # Meters: every cell the policy sets; the others are reset (unmetered).
     for spec in policy.classes:
         if spec.meter is not None:
@@ -371,6 +399,8 @@ def diff_base(current: BaseConfig, desired: BaseConfig) -> BaseDiff:
     out.insert_entries = [e for e in inserts if not e.is_default]
     out.modify_entries = [e for e in inserts if e.is_default] + modifies
     out.delete_entries = [e for e in deletes if not e.is_default]
+    if current.meters is desired.meters:  # one static part's (`with_weights`): tens of thousands
+        return out
     for key, cell in desired.meters.items():
         have = current.meters.get(key)
         if have is None or have.config != cell.config:

@@ -8,8 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from controller.baseconfig import desired_base
+from controller.baseconfig import desired_base, diff_base, static_base, with_weights
 from controller.policy import load_policy
 from opengate import p4constants as pc
 from opengate.entries import Exact
@@ -353,3 +355,24 @@ def test_new_flow_rate_must_be_positive(lab: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_policy(path)
     assert caught.value.field == "sessions.new_flows_per_source.rate"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    before=st.dictionaries(st.sampled_from(["spm1", "spm2"]), st.integers(0, 10)),
+    after=st.dictionaries(st.sampled_from(["spm1", "spm2"]), st.integers(0, 10)),
+)
+def test_weights_on_one_static_part_diff_as_whole_bases_do(
+    before: dict[str, int], after: dict[str, int]
+) -> None:
+    """Two bases made from one static part (`with_weights`) share its meters, and `diff_base`
+    then skips them: the writes are the same as between two bases made whole."""
+    policy = load_policy(repo_root() / "controller" / "examples" / "gateway.yaml")
+    static = static_base(policy, 0x100)
+    fast = diff_base(with_weights(static, policy, before), with_weights(static, policy, after))
+    whole = diff_base(
+        desired_base(policy, tag_base=0x100, weights=before),
+        desired_base(policy, tag_base=0x100, weights=after),
+    )
+    assert fast == whole
+    assert not whole.meters  # weights move no meter

@@ -6,9 +6,12 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from finsy.proto import p4r
 
+from controller import baseconfig, runtime
 from controller import events as ev
 from controller.runtime import Controller
 from opengate import p4constants as pc
@@ -68,6 +71,32 @@ def test_load_reports_move_weights_and_steady_load_writes_nothing(
     report(controller, "spm1", cpu=0)  # smoothed: load 0.25 -> weight 6
     assert weights(controller, switch, 1) == {"spm1": 6, "spm2": 6}
     assert controller.db.spms()[0]["status"] == "up"
+
+
+def test_weights_that_move_rewrite_the_selector_alone(
+    switch: SwitchDouble, make_controller: ControllerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the SPMs' load moves their weights, the CPM makes and writes the selector's groups
+    alone: the rest of the base config (every cell of the per-source meters among it) is made
+    once per policy and NPM. Making it at each change took a sixth of the CPM's interpreter
+    during a flood of new flows."""
+    made: list[int] = []
+    real = baseconfig.static_base
+
+    def counting(policy: Any, tag_base: int, *rest: Any) -> Any:
+        made.append(tag_base)
+        return real(policy, tag_base, *rest)
+
+    monkeypatch.setattr(runtime, "static_base", counting)
+    controller = make_controller(switch)
+    assert len(made) == 1  # the take-over
+    writes = len(switch.writes)
+    report(controller, "spm1", cpu=50)
+    report(controller, "spm2", cpu=0, queue_depth=250)
+    assert weights(controller, switch, 1) == {"spm1": 4, "spm2": 6}
+    assert len(made) == 1
+    kinds = [k for w in switch.writes[writes:] for k in w.kinds]
+    assert kinds and set(kinds) == {"action_profile_group"}, kinds
 
 
 def test_silent_spm_is_out_within_3_seconds_and_its_flows_follow_the_fail_policy(
