@@ -179,17 +179,13 @@ def analyse(capture: Capture) -> dict[str, Any]:
     points["packet_out"] = packet_out
     stages: dict[str, tuple[int, float, float]] = {}
     for name, a, b in STAGES:
+        # straight from the inside port to an SPM: only the connections with no packet-in
+        skip = packet_in if (a, b) == ("syn_inside", "syn_to_spm") else {}
         times = [
             (points[b][isn] - points[a][isn]) * 1000
             for isn in isns
-            if isn in points[a] and isn in points[b]
+            if isn in points[a] and isn in points[b] and isn not in skip
         ]
-        if a == "syn_inside" and b == "syn_to_spm":  # only the connections with no packet-in
-            times = [
-                (points[b][isn] - points[a][isn]) * 1000
-                for isn in isns
-                if isn in points[a] and isn in points[b] and isn not in packet_in
-            ]
         if times:
             stages[name] = (len(times), statistics.median(times), max(times))
     totals = [

@@ -130,16 +130,10 @@ def with_weights(
     ipsec_holder: str | None = None,
 ) -> BaseConfig:
     """`static` (what `static_base` made) with what the SPMs' weights decide: the selector's
-    groups and the routes to the IPsec SPM. A new BaseConfig; its meters are `static`'s own
-    dict, shared (nothing changes a BaseConfig's meters once made), so that `diff_base` of two
-    made from one static part skips them."""
-    out = BaseConfig(
-        entries=dict(static.entries),
-        members=dict(static.members),
-        groups=dict(static.groups),
-        group_entries=dict(static.group_entries),
-        meters=static.meters,
-    )
+    groups and the routes to the IPsec SPM. A new BaseConfig; its members and meters are
+    `static`'s own dicts, shared (nothing changes them once made), so that `diff_base` of two
+    made from one static part skips the meters."""
+    out = BaseConfig(entries=dict(static.entries), members=static.members, meters=static.meters)
     # IPsec (controller.ipsec): remote subnets and the IKE/ESP address to the active IPsec SPM.
     for ipsec_route in ipsec_routes(policy, weights, ipsec_holder):
         prefix = ipsec_route.prefix

@@ -52,8 +52,6 @@ class PacketInQueue:
         on_drop: Callable[[str], None] | None = None,
         wake: Callable[[], object] = _nothing,
     ) -> None:
-        if per_source < 1:
-            raise ValueError(f"per_source must be at least 1, got {per_source}")
         self.on_drop = on_drop
         self.wake = wake
         self.dropped = 0
