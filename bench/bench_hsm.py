@@ -11,7 +11,7 @@ the IDS set (all 3,488, commented ones included; HOME_NET the RFC 1918 networks,
   tables are the same as IPP's; the segment tables and the lookups differ;
 * when the HSM tables do not fit a bank (half of each table's size in p4src/include/sizes.p4),
   the entries they would need (measured without building them) and the remedy the compiler
-  applies: the hybrid (a second ACL partition, then the fewest rules spilled into the spill
+  applies: the hybrid (more ACL partitions, then the fewest rules spilled into the spill
   tables), compiled as the controller does, with its time, spilled rules, fill of each table's
   bank, lookups and memory accesses per packet; or why it does not fit;
 * the naive profile (acl_naive + ids_naive) for every set.
@@ -37,10 +37,9 @@ from controller.hsm.compile import TableOverflow, compile_hsm, measure_hsm
 from controller.hsm.naive import compile_naive
 from controller.hsm.rules import AclRule, IdsRule, parse_classbench
 from controller.hsm.schema import (
-    ACL2_CHAIN,
-    ACL3_CHAIN,
     ACL_CHAIN,
     IDS_CHAIN,
+    PARTITION_CHAINS,
     SEGMENT_TABLES,
     table_capacity,
 )
@@ -80,8 +79,7 @@ class Result:
     peak_mib: float = 0.0
     hybrid_seconds: float = 0.0
     hybrid_error: str = ""
-    acl2_terms: int = 0
-    acl3_terms: int = 0
+    partition_terms: tuple[int, ...] = ()
     acl_spilled: int = 0
     ids_spilled: int = 0
     hybrid_tables: dict[str, int] = field(default_factory=dict)
@@ -156,7 +154,7 @@ def _hybrid(result: Result, acl: Sequence[AclRule], ids: Sequence[IdsRule]) -> N
         result.hybrid_error = str(overflow)
     else:
         stats = compiled.stats
-        result.acl2_terms, result.acl3_terms = stats.acl2_terms, stats.acl3_terms
+        result.partition_terms = stats.partition_terms
         result.acl_spilled, result.ids_spilled = stats.acl_spilled, stats.ids_spilled
         result.hybrid_tables = {t.table: t.entries for t in stats.tables}
         result.hybrid_bytes = stats.total_bytes
@@ -246,7 +244,7 @@ def report(results: list[Result], home_net: str) -> None:
         )
         print("### The hybrid the controller installs for them\n")
         print(
-            "| set | ACL rules | second / third partition (terms) | spilled ACL / IDS (share of "
+            "| set | ACL rules | other partitions (terms) | spilled ACL / IDS (share of "
             "the ACL) | compile (s) | fullest segment table | ACL chains' fullest table | "
             "IDS chain's fullest table | KiB | lookups/pkt | memory accesses/pkt |"
         )
@@ -261,12 +259,13 @@ def report(results: list[Result], home_net: str) -> None:
             segments = [t.name for t in SEGMENT_TABLES]
             acl_tables = [
                 t
-                for c in (ACL_CHAIN, ACL2_CHAIN, ACL3_CHAIN)
+                for c in (ACL_CHAIN, *PARTITION_CHAINS)
                 for t in (c.addr_pair, c.port_pair, c.final)
             ]
             ids_tables = [IDS_CHAIN.addr_pair, IDS_CHAIN.port_pair, IDS_CHAIN.final]
+            held = [n for n in r.partition_terms if n] or [0]
             print(
-                f"| {r.name} | {r.acl_rules:,} | {r.acl2_terms:,} / {r.acl3_terms:,} | "
+                f"| {r.name} | {r.acl_rules:,} | {' / '.join(f'{n:,}' for n in held)} | "
                 f"{r.acl_spilled} / "
                 f"{r.ids_spilled} ({r.acl_spilled / r.acl_rules:.1%}) | {r.hybrid_seconds:.1f} | "
                 f"{_fill(r, *segments)} | {_fill(r, *acl_tables)} | {_fill(r, *ids_tables)} | "

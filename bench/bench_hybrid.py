@@ -170,8 +170,8 @@ def measure(
     compile_seconds = time.perf_counter() - started
     stats = hybrid.stats
     how = "HSM alone"
-    if stats.acl2_terms or stats.acl3_terms or stats.acl_spilled:
-        parts = 1 + bool(stats.acl2_terms) + bool(stats.acl3_terms)
+    if any(stats.partition_terms) or stats.acl_spilled:
+        parts = 1 + sum(1 for n in stats.partition_terms if n)
         how = f"hybrid: {parts} partition{'s' * (parts > 1)}, {stats.acl_spilled} spilled"
     default_build, naive_build = p4_build_dir(), p4_build_dir() / "naive_acl"
     hybrid_entries = list(hybrid.entries)

@@ -12,6 +12,15 @@ T_ACL2_VERDICT = "acl2_verdict"  # id 0x0268043d
 T_ACL3_ADDR_PAIR = "acl3_addr_pair"  # id 0x02c792b4
 T_ACL3_PORT_PAIR = "acl3_port_pair"  # id 0x02be8b1e
 T_ACL3_VERDICT = "acl3_verdict"  # id 0x02258f6c
+T_ACL4_ADDR_PAIR = "acl4_addr_pair"  # id 0x02ab0d23
+T_ACL4_PORT_PAIR = "acl4_port_pair"  # id 0x026db4d3
+T_ACL4_VERDICT = "acl4_verdict"  # id 0x0264b33a
+T_ACL5_ADDR_PAIR = "acl5_addr_pair"  # id 0x02be665e
+T_ACL5_PORT_PAIR = "acl5_port_pair"  # id 0x022bcd4d
+T_ACL5_VERDICT = "acl5_verdict"  # id 0x029cbf3c
+T_ACL6_ADDR_PAIR = "acl6_addr_pair"  # id 0x02bc85b2
+T_ACL6_PORT_PAIR = "acl6_port_pair"  # id 0x02d0dff5
+T_ACL6_VERDICT = "acl6_verdict"  # id 0x0284cfdb
 T_ACL_ADDR_PAIR = "acl_addr_pair"  # id 0x02a39d31
 T_ACL_NAIVE = "acl_naive"  # id 0x02e49224
 T_ACL_PORT_PAIR = "acl_port_pair"  # id 0x024344a0
@@ -69,6 +78,12 @@ A_SET_ACL2_ADDR_INDEX = "set_acl2_addr_index"  # id 0x01c351c8
 A_SET_ACL2_PORT_INDEX = "set_acl2_port_index"  # id 0x01654d20
 A_SET_ACL3_ADDR_INDEX = "set_acl3_addr_index"  # id 0x01d1f0b8
 A_SET_ACL3_PORT_INDEX = "set_acl3_port_index"  # id 0x01720730
+A_SET_ACL4_ADDR_INDEX = "set_acl4_addr_index"  # id 0x013cec27
+A_SET_ACL4_PORT_INDEX = "set_acl4_port_index"  # id 0x01a2c2cf
+A_SET_ACL5_ADDR_INDEX = "set_acl5_addr_index"  # id 0x016d6d0b
+A_SET_ACL5_PORT_INDEX = "set_acl5_port_index"  # id 0x01a40acc
+A_SET_ACL6_ADDR_INDEX = "set_acl6_addr_index"  # id 0x0130423b
+A_SET_ACL6_PORT_INDEX = "set_acl6_port_index"  # id 0x01f5a974
 A_SET_ACL_ADDR_INDEX = "set_acl_addr_index"  # id 0x01d5dd46
 A_SET_ACL_PORT_INDEX = "set_acl_port_index"  # id 0x0112d34f
 A_SET_CLASSIFIER_VERSION = "set_classifier_version"  # id 0x013d594e
@@ -126,6 +141,15 @@ MATCH_FIELDS: dict[str, tuple[str, ...]] = {
     "acl3_addr_pair": ("version", "acl3_sa_index", "acl3_da_index"),
     "acl3_port_pair": ("version", "acl3_sp_index", "acl3_dp_index"),
     "acl3_verdict": ("version", "acl3_addr_index", "acl3_port_index", "acl3_proto_index"),
+    "acl4_addr_pair": ("version", "acl4_sa_index", "acl4_da_index"),
+    "acl4_port_pair": ("version", "acl4_sp_index", "acl4_dp_index"),
+    "acl4_verdict": ("version", "acl4_addr_index", "acl4_port_index", "acl4_proto_index"),
+    "acl5_addr_pair": ("version", "acl5_sa_index", "acl5_da_index"),
+    "acl5_port_pair": ("version", "acl5_sp_index", "acl5_dp_index"),
+    "acl5_verdict": ("version", "acl5_addr_index", "acl5_port_index", "acl5_proto_index"),
+    "acl6_addr_pair": ("version", "acl6_sa_index", "acl6_da_index"),
+    "acl6_port_pair": ("version", "acl6_sp_index", "acl6_dp_index"),
+    "acl6_verdict": ("version", "acl6_addr_index", "acl6_port_index", "acl6_proto_index"),
     "acl_addr_pair": ("version", "acl_sa_index", "acl_da_index"),
     "acl_naive": ("ipv4_src", "ipv4_dst", "l4_sport", "l4_dport", "ip_proto"),
     "acl_port_pair": ("version", "acl_sp_index", "acl_dp_index"),
@@ -183,21 +207,27 @@ ACTION_PARAMS: dict[str, tuple[str, ...]] = {
     "set_acl2_port_index": ("index",),
     "set_acl3_addr_index": ("index",),
     "set_acl3_port_index": ("index",),
+    "set_acl4_addr_index": ("index",),
+    "set_acl4_port_index": ("index",),
+    "set_acl5_addr_index": ("index",),
+    "set_acl5_port_index": ("index",),
+    "set_acl6_addr_index": ("index",),
+    "set_acl6_port_index": ("index",),
     "set_acl_addr_index": ("index",),
     "set_acl_port_index": ("index",),
     "set_classifier_version": ("version",),
-    "set_da_index": ("acl_index", "ids_index", "acl2_index", "acl3_index"),
-    "set_dp_index": ("acl_index", "ids_index", "acl2_index", "acl3_index"),
+    "set_da_index": ("acl_index", "ids_index", "acl2_index", "acl3_index", "acl4_index", "acl5_index", "acl6_index"),
+    "set_dp_index": ("acl_index", "ids_index", "acl2_index", "acl3_index", "acl4_index", "acl5_index", "acl6_index"),
     "set_flow_timeout": ("idle", "closing", "report"),
     "set_ids_addr_index": ("index",),
     "set_ids_class": ("class_id", "rule_id"),
     "set_ids_port_index": ("index",),
     "set_npm_identity": ("tag_base",),
     "set_port_role": ("role",),
-    "set_proto_index": ("acl_index", "ids_index", "acl2_index", "acl3_index"),
-    "set_sa_index": ("acl_index", "ids_index", "acl2_index", "acl3_index"),
+    "set_proto_index": ("acl_index", "ids_index", "acl2_index", "acl3_index", "acl4_index", "acl5_index", "acl6_index"),
+    "set_sa_index": ("acl_index", "ids_index", "acl2_index", "acl3_index", "acl4_index", "acl5_index", "acl6_index"),
     "set_source_mac": ("mac",),
-    "set_sp_index": ("acl_index", "ids_index", "acl2_index", "acl3_index"),
+    "set_sp_index": ("acl_index", "ids_index", "acl2_index", "acl3_index", "acl4_index", "acl5_index", "acl6_index"),
     "steer_to_spm": ("port", "spm_mac"),
 }
 # Declared table sizes (entries) of the v1model build, per table.
@@ -208,6 +238,15 @@ TABLE_SIZES: dict[str, int] = {
     "acl3_addr_pair": 1048576,
     "acl3_port_pair": 1048576,
     "acl3_verdict": 1048576,
+    "acl4_addr_pair": 1048576,
+    "acl4_port_pair": 1048576,
+    "acl4_verdict": 1048576,
+    "acl5_addr_pair": 1048576,
+    "acl5_port_pair": 1048576,
+    "acl5_verdict": 1048576,
+    "acl6_addr_pair": 1048576,
+    "acl6_port_pair": 1048576,
+    "acl6_verdict": 1048576,
     "acl_addr_pair": 1048576,
     "acl_naive": 16384,
     "acl_port_pair": 1048576,

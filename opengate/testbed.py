@@ -26,6 +26,16 @@ TAG_BASE = 0x0100
 POOL = 7
 
 
+def segment_params(**indexes: int) -> dict[str, int]:
+    """A segment action's parameters, named as the P4Info names them (every segment action has
+    the same: an index per chain): the indexes given, 0 for the other chains."""
+    names = pc.ACTION_PARAMS[pc.A_SET_SA_INDEX]
+    unknown = set(indexes) - set(names)
+    if unknown:
+        raise ValueError(f"segment actions have no parameter {sorted(unknown)}")
+    return {name: indexes.get(name, 0) for name in names}
+
+
 def mac(text: str) -> int:
     return int(text.replace(":", ""), 16)
 

@@ -11,6 +11,7 @@ from opengate.entries import Exact, Lpm, Range, TableEntry, Ternary
 from opengate.gen_constants import render
 from opengate.p4info import P4InfoError, P4Schema, encode_value
 from opengate.target import repo_root
+from opengate.testbed import segment_params
 
 
 @pytest.fixture(scope="module")
@@ -99,20 +100,20 @@ def test_lpm_value_is_masked_to_its_prefix(schema: P4Schema) -> None:
             pc.T_SA_SEGMENT,
             {"version": Exact(1), "ipv4_src": Lpm(0x0A000000, 8)},
             pc.A_SET_SA_INDEX,
-            {"acl_index": 4, "ids_index": 0, "acl2_index": 0, "acl3_index": 0},
+            segment_params(acl_index=4, ids_index=0),
         ),
         TableEntry.make(
             pc.T_SP_SEGMENT,
             {"version": Exact(0), "l4_sport": Range(1024, 2047)},
             pc.A_SET_SP_INDEX,
-            {"acl_index": 1, "ids_index": 2, "acl2_index": 0, "acl3_index": 0},
+            segment_params(acl_index=1, ids_index=2),
             priority=7,
         ),
         TableEntry.make(
             pc.T_PROTO_SEGMENT,
             {"version": Exact(0), "ip_proto": Ternary(0, 0)},
             pc.A_SET_PROTO_INDEX,
-            {"acl_index": 1, "ids_index": 1, "acl2_index": 0, "acl3_index": 0},
+            segment_params(acl_index=1, ids_index=1),
             priority=1,
         ),
     ],
@@ -127,7 +128,7 @@ def test_wildcards_are_omitted_as_p4runtime_requires(schema: P4Schema) -> None:
         pc.T_SP_SEGMENT,
         {"version": Exact(0), "l4_sport": Range(0, 0xFFFF)},
         pc.A_SET_SP_INDEX,
-        {"acl_index": 1, "ids_index": 1, "acl2_index": 0, "acl3_index": 0},
+        segment_params(acl_index=1, ids_index=1),
         priority=1,
     )
     assert [m.field_id for m in schema.encode_entry(entry).match] == [1]
@@ -138,7 +139,7 @@ def test_ternary_table_entries_need_a_priority(schema: P4Schema) -> None:
         pc.T_PROTO_SEGMENT,
         {"version": Exact(0), "ip_proto": Ternary(6, 0xFF)},
         pc.A_SET_PROTO_INDEX,
-        {"acl_index": 1, "ids_index": 1, "acl2_index": 0, "acl3_index": 0},
+        segment_params(acl_index=1, ids_index=1),
     )
     with pytest.raises(P4InfoError, match="need a priority"):
         schema.encode_entry(entry)

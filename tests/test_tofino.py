@@ -77,18 +77,20 @@ V1MODEL_ONLY = {
     pc.M_NEW_FLOW_METER,
     pc.T_ACL_SPILL,
     pc.T_IDS_SPILL,
-    pc.T_ACL2_ADDR_PAIR,
-    pc.T_ACL2_PORT_PAIR,
-    pc.T_ACL2_VERDICT,
-    pc.A_SET_ACL2_ADDR_INDEX,
-    pc.A_SET_ACL2_PORT_INDEX,
-    pc.T_ACL3_ADDR_PAIR,
-    pc.T_ACL3_PORT_PAIR,
-    pc.T_ACL3_VERDICT,
-    pc.A_SET_ACL3_ADDR_INDEX,
-    pc.A_SET_ACL3_PORT_INDEX,
+    # the hybrid's extra ACL partitions (acl2 to acl6)
+    *(
+        getattr(pc, f"{kind}_ACL{n}_{name}")
+        for n in range(2, 7)
+        for kind, name in (
+            ("T", "ADDR_PAIR"),
+            ("T", "PORT_PAIR"),
+            ("T", "VERDICT"),
+            ("A_SET", "ADDR_INDEX"),
+            ("A_SET", "PORT_INDEX"),
+        )
+    ),
 }
-V1MODEL_ONLY_PARAMS = {"acl2_index", "acl3_index"}
+V1MODEL_ONLY_PARAMS = {f"acl{n}_index" for n in range(2, 7)}
 TOFINO2_HAS = {pc.T_ACL_SPILL}
 # What Tofino's slots share with v1model's: the event counter and the new flows' meter.
 TNA_SLOTS_HAVE = {pc.C_FLOW_EVENT_COUNTER, pc.M_NEW_FLOW_METER}

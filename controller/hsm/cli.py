@@ -274,12 +274,10 @@ def _print_stats(args: argparse.Namespace, inputs: _Inputs, compiled: CompiledTa
         "rules that can never be a first match are dropped)"
     )
     print(f"profile: {stats.profile}")
-    if stats.acl2_terms or stats.acl3_terms:
-        print(
-            f"  hybrid: {stats.acl2_terms} ACL terms in the second partition (acl2_* tables: rules "
-            f"wide in the source), {stats.acl3_terms} in the third (acl3_*: wide in the "
-            "destination)"
-        )
+    if any(stats.partition_terms):
+        sides = zip(schema.PARTITION_SIDES, stats.partition_terms, strict=False)
+        held = ", ".join(f"{n} in {side}_*" for side, n in sides if n)
+        print(f"  hybrid: ACL terms in the other partitions: {held}")
     if stats.spilled:
         print(
             f"  hybrid: {stats.acl_spilled} ACL and {stats.ids_spilled} IDS rules spilled into "

@@ -685,8 +685,7 @@ def compile_hsm(
     skip_acl: Container[int] = (),
     skip_ids: Container[int] = (),
     partitioned: bool = False,
-    acl2: Container[int] = (),
-    acl3: Container[int] = (),
+    partitions: Sequence[Container[int]] = (),
 ) -> CompiledTables:
     """Compile both rule sets into the HSM/IPP tables of bank `version`.
 
@@ -694,25 +693,32 @@ def compile_hsm(
     numbers, so the update to that bank is small. `limits`: entries per table per bank (default
     half of each table's size); raises `TableOverflow` when a table would not fit. `skip_acl`,
     `skip_ids`: rules left out (positions, IDS rule ids), as `acl_terms` and `ids_terms` say.
-    `partitioned`: the program has the second and third ACL partitions (a hybrid program: the
-    segment actions then carry their indexes too); `acl2`, `acl3`: the ACL positions they hold
-    (a position in both is in the second).
+    `partitioned`: the program has the other ACL partitions (`schema.PARTITION_CHAINS`: a hybrid
+    program; the segment actions then carry their indexes too); `partitions`: the ACL positions
+    they hold, in that order (at most one per chain; a position in two is in the first of them).
     """
     started = time.perf_counter()
     budget = default_limits()
     budget.update(limits or {})
-    if (acl2 or acl3) and not partitioned:
+    if any(partitions) and not partitioned:
         raise ValueError("ACL partitions need a program that has them (partitioned)")
+    if len(partitions) > len(schema.PARTITION_SIDES):
+        raise ValueError(f"at most {len(schema.PARTITION_SIDES)} extra ACL partitions")
     acl_all = acl_terms(acl, skip_acl)
-    others = [t for t in acl_all if t.rule_id not in acl2 and t.rule_id not in acl3]
-    second = [t for t in acl_all if t.rule_id in acl2]
-    third = [t for t in acl_all if t.rule_id in acl3 and t.rule_id not in acl2]
+    placed: dict[int, int] = {}  # ACL term index -> partition (the first that holds its rule)
+    for p in reversed(range(len(partitions))):
+        for i, t in enumerate(acl_all):
+            if t.rule_id in partitions[p]:
+                placed[i] = p
     sides = [
-        _Side(schema.ACL_SIDE, others),
+        _Side(schema.ACL_SIDE, [t for i, t in enumerate(acl_all) if i not in placed]),
         _Side(schema.IDS_SIDE, ids_terms(ids, skip_ids)),
     ]
     if partitioned:
-        sides += [_Side(schema.ACL2_SIDE, second), _Side(schema.ACL3_SIDE, third)]
+        sides += [
+            _Side(side, [t for i, t in enumerate(acl_all) if placed.get(i) == p])
+            for p, side in enumerate(schema.PARTITION_SIDES)
+        ]
     hints = reuse.index_hints() if reuse is not None and reuse.profile is Profile.HSM else {}
     uids = {side.name: side.uids() for side in sides}
     phases: list[tuple[str, float]] = []
@@ -805,8 +811,7 @@ def compile_hsm(
         ids_rules=len(ids),
         acl_terms=len(acl_all),
         ids_terms=len(sides[1].terms),
-        acl2_terms=len(sides[2].terms) if partitioned else 0,
-        acl3_terms=len(sides[3].terms) if partitioned else 0,
+        partition_terms=tuple(len(side.terms) for side in sides[2:]),
         tables=table_stats(entries),
         classes={f"{side}.{level}": len(sets) for (side, level), sets in class_sets.items()},
         segment_entries_alone=_segments_alone(sides),

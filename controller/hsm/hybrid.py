@@ -1,10 +1,12 @@
-"""Hybrid classification: HSM/IPP for most rules (the ACL in three partitions where one does not
-fit), a small priority ternary table for the rest.
+"""Hybrid classification: HSM/IPP for most rules (the ACL in up to six partitions where one does
+not fit), a small priority ternary table for the rest.
 
 ACL partitions come first: rules wide in the source and rules wide in the destination get chains
 of their own (`acl2_*`, `acl3_*` tables over indexes the same segment lookups return), so that
-they do not meet each other, nor the narrow rules, in one cross product (see `_partitions`).
-Then, if the partitions still do not fit, rules are spilled as below, from any partition.
+they do not meet each other, nor the narrow rules, in one cross product; where that is far from
+enough, rules are grouped by how wide they are in the addresses and in the ports, and the groups
+merged into as many chains as the program has (`acl2_*` to `acl6_*`; see `_partitions`). Then,
+if the partitions still do not fit, rules are spilled as below, from any partition.
 
 The HSM cross products blow up on rules that are wide in some fields and narrow in others (each
 such rule meets many classes of the other field). When a table would not fit its bank, the
@@ -66,18 +68,28 @@ MIN_FIRST_SPILL = 8
 WIDE_PREFIX = 8
 # Seconds the search for the smallest spill may take once a spill that fits is known.
 SHRINK_SECONDS = 20.0
+# The grouping by kinds of rules is tried when the split by addresses overflows its tables by more
+# than this (the sum over tables of needed / budget - 1): a spill would not do.
+KINDS_FROM = 1.0
+# Merging groups of rules into chains: a merge whose fullest table is at most this share of its
+# budget is taken at once (the lowest bound first); above it, the best merge of all.
+GOOD_MERGE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
 class SpillPlan:
     """The rules kept out of HSM (ACL positions and IDS rule ids), and the ACL positions HSM's
-    second and third partitions hold (the rest of the ACL being in the first; the three sets of
-    ACL positions are disjoint)."""
+    other partitions hold (`parts`: acl2, acl3, ... in that order; the rest of the ACL is in the
+    first; the sets of ACL positions are disjoint)."""
 
     acl: frozenset[int] = frozenset()
     ids: frozenset[int] = frozenset()
-    acl2: frozenset[int] = frozenset()
-    acl3: frozenset[int] = frozenset()
+    parts: tuple[frozenset[int], ...] = ()
+
+    @property
+    def partitioned(self) -> frozenset[int]:
+        """The ACL positions in the other partitions."""
+        return frozenset().union(*self.parts)
 
 
 def spill_limits() -> dict[str, int]:
@@ -95,15 +107,15 @@ def compile_hybrid(
     progress: Progress | None = None,
     shrink_seconds: float = SHRINK_SECONDS,
 ) -> CompiledTables:
-    """HSM alone if it fits; else, where the program has them (the limits give the second ACL
-    partitions' tables room), HSM with the ACL in three partitions; and over the rules left after
-    the fewest spilled rules found, plus the spill tables' entries. Raises `TableOverflow` when
+    """HSM alone if it fits; else, where the program has them (the limits give the other ACL
+    partitions' tables room), HSM with the ACL in partitions; and over the rules left after the
+    fewest spilled rules found, plus the spill tables' entries. Raises `TableOverflow` when
     no spill the tables hold makes HSM fit."""
     started = time.perf_counter()
     budget = {**spill_limits(), **(limits or {})}
     hsm_limits = {k: v for k, v in budget.items() if k not in schema.SPILL_TABLES.values()}
     hsm_all = {**default_limits(), **hsm_limits}  # every HSM table's entries per bank
-    partitioned = hsm_all.get(schema.ACL2_CHAIN.final, 0) > 0
+    partitioned = hsm_all.get(schema.PARTITION_CHAINS[0].final, 0) > 0
     try:
         return compile_hsm(
             acl,
@@ -123,7 +135,7 @@ def compile_hybrid(
         overflowed = _side_of(first.table) == schema.ACL_SIDE
         acl_spill = budget[schema.SPILL_TABLES[schema.ACL_SIDE]]
         parts = _partitions(terms[schema.ACL_SIDE], hsm_all, overflowed, acl_spill)
-    in_partitions = parts.acl2 | parts.acl3
+    in_partitions = parts.partitioned
     if _side_of(first.table) is not None:  # a cross product overflowed, not a segment table
         chosen = _chosen_by_cost(terms, budget, hsm_all, shrink_seconds, parts)
         if chosen is None and in_partitions:
@@ -135,8 +147,9 @@ def compile_hybrid(
                 first.needed,
                 first.limit,
                 note=(
-                    "with the ACL in three partitions, the rules that would have to leave HSM "
-                    "are more than the spill tables hold; the static ranking was not tried"
+                    f"with the ACL in {1 + sum(1 for p in parts.parts if p)} partitions, the "
+                    "rules that would have to leave HSM are more than the spill tables hold; "
+                    "the static ranking was not tried"
                 ),
             )
         if chosen is not None:
@@ -184,8 +197,7 @@ def compile_hybrid(
         return SpillPlan(
             frozenset(ranked[schema.ACL_SIDE][: counts[schema.ACL_SIDE]]),
             frozenset(ranked[schema.IDS_SIDE][: counts[schema.IDS_SIDE]]),
-            parts.acl2,
-            parts.acl3,
+            parts.parts,
         )
 
     def attempt() -> CompiledTables | TableOverflow:
@@ -269,20 +281,21 @@ def _chosen_by_cost(
     parts: SpillPlan = SpillPlan(),
 ) -> SpillPlan | None:
     """Per chain (each ACL partition, the IDS), the spill `choose_spill` finds; the partitions
-    of the ACL share its spill table, which holds `parts.acl` first; `parts.acl2` and
-    `parts.acl3` are the ACL partitions (None: no spill that fits was found)."""
+    of the ACL share its spill table, which holds `parts.acl` first; `parts.parts` are the other
+    ACL partitions (None: no spill that fits was found)."""
     chosen: dict[str, set[int]] = {schema.ACL_SIDE: set(parts.acl), schema.IDS_SIDE: set()}
     deadline = time.perf_counter() + seconds
     acl = [t for t in terms[schema.ACL_SIDE] if t.rule_id not in parts.acl]
-    second, third = parts.acl2, parts.acl3
+    elsewhere = parts.partitioned
     chains = [
-        (schema.ACL_CHAIN, [t for t in acl if t.rule_id not in second and t.rule_id not in third]),
+        (schema.ACL_CHAIN, [t for t in acl if t.rule_id not in elsewhere]),
         (schema.IDS_CHAIN, terms[schema.IDS_SIDE]),
     ]
-    if second:
-        chains.append((schema.ACL2_CHAIN, [t for t in acl if t.rule_id in second]))
-    if third:
-        chains.append((schema.ACL3_CHAIN, [t for t in acl if t.rule_id in third]))
+    chains += [
+        (chain, [t for t in acl if t.rule_id in part])
+        for chain, part in zip(schema.PARTITION_CHAINS, parts.parts, strict=False)
+        if part
+    ]
     for chain, chain_terms in chains:
         side = chain.rule_set
         table_budgets = _budgets(chain, limits)
@@ -309,7 +322,7 @@ def _chosen_by_cost(
             return None
         chosen[side] |= set(choice.spilled)
     return SpillPlan(
-        frozenset(chosen[schema.ACL_SIDE]), frozenset(chosen[schema.IDS_SIDE]), second, third
+        frozenset(chosen[schema.ACL_SIDE]), frozenset(chosen[schema.IDS_SIDE]), parts.parts
     )
 
 
@@ -369,15 +382,33 @@ def _partitions(
         first = [t for t in rest if t.rule_id not in second and t.rule_id not in third]
         groups = [
             (schema.ACL_CHAIN, first),
-            (schema.ACL2_CHAIN, [t for t in rest if t.rule_id in second]),
-            (schema.ACL3_CHAIN, [t for t in rest if t.rule_id in third]),
+            (schema.PARTITION_CHAINS[0], [t for t in rest if t.rule_id in second]),
+            (schema.PARTITION_CHAINS[1], [t for t in rest if t.rule_id in third]),
         ]
-        excess = sum(_excess(take_census(g), _budgets(c, limits)) for c, g in groups if g)
+        excess = sum(
+            _excess(take_census(g, credits=False), _budgets(c, limits)) for c, g in groups if g
+        )
         LOG.debug("partitions %s: %d / %d / %d rules, excess %.3f", way, len(first),
                   len(second), len(third), excess)  # fmt: skip
         if best is None or excess < best[0]:
             best = (excess, way, first, second, third)
     assert best is not None
+    extra = [c for c in schema.PARTITION_CHAINS if limits.get(c.final, 0) > 0]
+    if best[0] > KINDS_FROM and len(extra) > 2:
+        budgets = TableBudgets(
+            *(min(limits[getattr(c, t)] for c in (chain, *extra)) for t in _TABLE_FIELDS)
+        )
+        kinds, excess = _by_kinds(terms, 1 + len(extra), budgets)
+        LOG.info(
+            "hybrid: ACL partitions by kinds of rules: %s rules, excess %.3f (by addresses %s: "
+            "%.3f)",
+            ", ".join(str(len(k)) for k in kinds),
+            excess,
+            best[1],
+            best[0],
+        )
+        if excess < best[0]:
+            return SpillPlan(parts=tuple(kinds[1:]))
     _, way, first, second, third = best
     spilled: frozenset[int] = frozenset()
     if (
@@ -395,13 +426,91 @@ def _partitions(
         len({t.rule_id for t in both}),
         "spilled first" if spilled else "in the first",
     )
-    return SpillPlan(acl=spilled, acl2=second, acl3=third)
+    return SpillPlan(acl=spilled, parts=(second, third))
+
+
+_TABLE_FIELDS = ("addr_pair", "port_pair", "final")
+
+
+def _by_kinds(
+    terms: Sequence[MatchTerm], chains: int, budgets: TableBudgets
+) -> tuple[list[frozenset[int]], float]:
+    """The ACL rules in at most `chains` partitions (the first the fullest), grouped by kind,
+    and how far over the budgets their censuses are (`_excess`, summed).
+
+    A rule's kind: how it is wide in the addresses (in both, in the source only, in the
+    destination only, in neither with the source at least as long as the destination, or
+    shorter) and which of its ports match anything (both, the source port, the destination
+    port, neither). Rules of one kind share their wide fields, so they barely multiply each
+    other's classes; what blows a cross product up is kinds meeting (ipc1_10k's rules narrow in
+    both addresses: 15 million final entries with their ports, where those that match any port
+    and those that match a destination port need 18,000 and 1.1 million apart). The groups are
+    merged two at a time, the merge whose fullest table is smallest first (censuses without the
+    credits; a merge at most GOOD_MERGE full is taken without looking further), until there are
+    as many as chains."""
+    kind_of: dict[int, tuple[int, int]] = {}  # rule -> kind (of its first term)
+    groups: dict[tuple[int, int], list[int]] = {}  # kind -> positions in `terms`
+    for i, term in enumerate(terms):
+        kind = kind_of.setdefault(term.rule_id, _kind(term))
+        groups.setdefault(kind, []).append(i)
+    sizes = budgets.sizes()
+    needed: dict[frozenset[tuple[int, int]], tuple[int, int, int]] = {}
+
+    def load(keys: frozenset[tuple[int, int]]) -> float:
+        """The fullest table's share of its budget (a pair table is counted up to its budget,
+        no further: past it, the merge is out)."""
+        if keys not in needed:
+            # in rule order: a rule hides the later ones it covers
+            kept = [terms[i] for i in sorted(i for k in keys for i in groups[k])]
+            needed[keys] = take_census(kept, credits=False, give_up=max(sizes)).needed
+        return max(n / b for n, b in zip(needed[keys], sizes, strict=True))
+
+    merged = [frozenset([k]) for k in groups]
+    while len(merged) > chains:
+        bounds = sorted(
+            (max(load(a), load(b)), i, j)
+            for i, a in enumerate(merged)
+            for j, b in enumerate(merged)
+            if i < j
+        )
+        best: tuple[float, int, int] | None = None
+        for bound, i, j in bounds:
+            if best is not None and bound >= best[0]:
+                break
+            value = load(merged[i] | merged[j])
+            if best is None or value < best[0]:
+                best = (value, i, j)
+            if value <= GOOD_MERGE:
+                break
+        assert best is not None
+        _, i, j = best
+        merged = [m for k, m in enumerate(merged) if k not in (i, j)] + [merged[i] | merged[j]]
+    merged.sort(key=load, reverse=True)
+    excess = sum(
+        sum(max(0.0, n / b - 1.0) for n, b in zip(needed[m], sizes, strict=True)) for m in merged
+    )
+    return [frozenset(terms[i].rule_id for k in m for i in groups[k]) for m in merged], excess
+
+
+def _kind(term: MatchTerm) -> tuple[int, int]:
+    """How a rule is wide in the addresses (0-4) and which of its ports match anything (0-3);
+    see `_by_kinds`."""
+    src, dst = (min(p.length for p in term.fields[f]) for f in (0, 1))  # type: ignore[union-attr]
+    if src <= WIDE_PREFIX:
+        address = 0 if dst <= WIDE_PREFIX else 1
+    else:
+        address = 2 if dst <= WIDE_PREFIX else 3 if src >= dst else 4
+    sport, dport = (
+        all(r.low == 0 and r.high == 0xFFFF for r in term.fields[f])  # type: ignore[union-attr]
+        for f in (2, 3)
+    )
+    port = 0 if sport and dport else 1 if sport else 2 if dport else 3
+    return address, port
 
 
 def _excess(census: Census, budgets: TableBudgets) -> float:
     """How far over its tables' budgets a census is (0: it fits)."""
-    sizes = (budgets.addr_pair, budgets.port_pair, budgets.final)
-    return sum(max(0.0, n / b - 1.0) for n, b in zip(census.needed, sizes, strict=True))
+    return sum(max(0.0, n / b - 1.0) for n, b in zip(census.needed, budgets.sizes(), strict=True))
 
 
 def compile_spilled(
@@ -415,9 +524,8 @@ def compile_spilled(
     progress: Progress | None = None,
     partitioned: bool = False,
 ) -> CompiledTables:
-    """HSM over the rules `chosen` leaves (in its ACL partitions: `chosen.acl2`, `chosen.acl3`),
-    plus the spill tables holding the chosen ones. `partitioned`: the program has the extra
-    partitions."""
+    """HSM over the rules `chosen` leaves (in its ACL partitions: `chosen.parts`), plus the spill
+    tables holding the chosen ones. `partitioned`: the program has the extra partitions."""
     budget = {**spill_limits(), **(limits or {})}
     hsm_limits = {k: v for k, v in budget.items() if k not in schema.SPILL_TABLES.values()}
     spill = _spill_entries(acl, ids, chosen, version, budget)
@@ -435,8 +543,7 @@ def compile_spilled(
         skip_acl=chosen.acl | hidden_acl,
         skip_ids=chosen.ids | hidden_ids,
         partitioned=partitioned,
-        acl2=chosen.acl2,
-        acl3=chosen.acl3,
+        partitions=chosen.parts,
     )
     entries = (*tables.entries, *spill)
     stats = replace(

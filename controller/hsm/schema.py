@@ -6,6 +6,7 @@ only what the compiler, the table walker and the memory model need, in one place
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from opengate import p4constants as pc
@@ -23,10 +24,14 @@ SET_CLASSIFIER_VERSION = "set_classifier_version"
 ACL_SIDE = "acl"
 IDS_SIDE = "ids"
 SIDES = (ACL_SIDE, IDS_SIDE)  # the rule sets
-# The hybrid's second and third ACL partitions: chains of their own over ACL rules the first one
-# does not hold.
-ACL2_SIDE = "acl2"
-ACL3_SIDE = "acl3"
+# The hybrid's other ACL partitions (acl2, acl3, ... as many as the v1model program declares):
+# chains of their own over ACL rules the first one does not hold.
+PARTITION_SIDES = tuple(
+    sorted(
+        (m[1] for t in pc.TABLE_SIZES if (m := re.fullmatch(r"(acl(\d+))_verdict", t))),
+        key=lambda side: int(side[3:]),
+    )
+)
 
 FIELDS = ("src", "dst", "sport", "dport", "proto")
 
@@ -84,23 +89,19 @@ IDS_CHAIN = Chain(
     IDS_SIDE, "ids_addr_pair", "ids_port_pair", "ids_classification", "set_ids_addr_index",
     "set_ids_port_index", IDS_SIDE,
 )  # fmt: skip
-ACL2_CHAIN = Chain(
-    ACL2_SIDE, "acl2_addr_pair", "acl2_port_pair", "acl2_verdict", "set_acl2_addr_index",
-    "set_acl2_port_index", ACL_SIDE,
-)  # fmt: skip
-ACL3_CHAIN = Chain(
-    ACL3_SIDE, "acl3_addr_pair", "acl3_port_pair", "acl3_verdict", "set_acl3_addr_index",
-    "set_acl3_port_index", ACL_SIDE,
-)  # fmt: skip
-# In the order of the segment actions' parameters (acl_index, ids_index, acl2_index, acl3_index).
-CHAINS = {ACL_SIDE: ACL_CHAIN, IDS_SIDE: IDS_CHAIN, ACL2_SIDE: ACL2_CHAIN, ACL3_SIDE: ACL3_CHAIN}
-# The ACL's extra partitions, where the program has them (all or none).
-EXTRA_PARTITIONS = (ACL2_SIDE, ACL3_SIDE)
-PARTITION_TABLES = tuple(
-    t
-    for side in EXTRA_PARTITIONS
-    for t in (CHAINS[side].addr_pair, CHAINS[side].port_pair, CHAINS[side].final)
-)
+
+
+def _partition_chain(side: str) -> Chain:
+    return Chain(
+        side, f"{side}_addr_pair", f"{side}_port_pair", f"{side}_verdict",
+        f"set_{side}_addr_index", f"set_{side}_port_index", ACL_SIDE,
+    )  # fmt: skip
+
+
+PARTITION_CHAINS = tuple(_partition_chain(side) for side in PARTITION_SIDES)
+# In the order of the segment actions' parameters (acl_index, ids_index, acl2_index, ...).
+CHAINS = {ACL_SIDE: ACL_CHAIN, IDS_SIDE: IDS_CHAIN, **{c.side: c for c in PARTITION_CHAINS}}
+PARTITION_TABLES = tuple(t for c in PARTITION_CHAINS for t in (c.addr_pair, c.port_pair, c.final))
 
 ACL_ACTIONS = ("acl_permit", "acl_deny", "acl_to_cpu")
 SET_IDS_CLASS = "set_ids_class"

@@ -70,6 +70,9 @@ class TableBudgets:
     port_pair: int
     final: int
 
+    def sizes(self) -> tuple[int, int, int]:
+        return (self.addr_pair, self.port_pair, self.final)
+
 
 @dataclass(frozen=True, slots=True)
 class Census:
@@ -85,7 +88,7 @@ class Census:
         """Every table fits its budget, exactly counted or estimated well under it."""
         return all(
             n <= (b if exact else b * ESTIMATE_MARGIN)
-            for n, b, exact in zip(self.needed, _as_tuple(budgets), self.exact, strict=True)
+            for n, b, exact in zip(self.needed, budgets.sizes(), self.exact, strict=True)
         )
 
     def scores(self, budgets: TableBudgets) -> list[float]:
@@ -93,9 +96,7 @@ class Census:
         that table is (squared: an overflowing table counts much more than one that fits)."""
         count = len(self.credit[0])
         out = [0.0] * count
-        for needed, budget, credit in zip(
-            self.needed, _as_tuple(budgets), self.credit, strict=True
-        ):
+        for needed, budget, credit in zip(self.needed, budgets.sizes(), self.credit, strict=True):
             load = needed / budget
             if load < PRESSURE_FROM:
                 continue
@@ -109,12 +110,17 @@ class Census:
         return out
 
 
-def _as_tuple(budgets: TableBudgets) -> tuple[int, int, int]:
-    return (budgets.addr_pair, budgets.port_pair, budgets.final)
-
-
-def take_census(terms: Sequence[MatchTerm], work_limit: int = WORK_LIMIT) -> Census:
-    """The classes of one rule set (the terms HSM would compile), and what each term costs."""
+def take_census(
+    terms: Sequence[MatchTerm],
+    work_limit: int = WORK_LIMIT,
+    *,
+    credits: bool = True,
+    give_up: int | None = None,
+) -> Census:
+    """The classes of one rule set (the terms HSM would compile), and what each term costs
+    (`credits` False: the tables' sizes only, about twice as fast; the credits are zeros).
+    `give_up`: a pair table is counted no further than that many entries (then its count is a
+    lower bound, not exact, and the final table's the worst case)."""
     side = _Side("census", terms)
     count = len(terms)
     seg: list[_Classes] = []
@@ -130,12 +136,17 @@ def take_census(terms: Sequence[MatchTerm], work_limit: int = WORK_LIMIT) -> Cen
     needed: list[int] = []
     exact: list[bool] = []
     levels: list[_Classes | None] = []
-    groups = [_twins(terms, fields) for fields in ((0,), (1,), (2,), (3,), (0, 1), (2, 3))]
+    groups = [
+        _twins(terms, fields) if credits else []
+        for fields in ((0,), (1,), (2,), (3,), (0, 1), (2, 3))
+    ]
     for left, right, done in ((seg[0], seg[1], [0, 1]), (seg[2], seg[3], [2, 3])):
-        pair = _pair(left, right, side.stoppers(done), work_limit)
+        pair = _pair(left, right, side.stoppers(done), work_limit, credits=credits, give_up=give_up)
         needed.append(pair.needed)
         exact.append(pair.exact)
         levels.append(pair.out)
+        if not credits:
+            continue
         table_credit = credit[len(needed) - 1]
         _credit_merges(left, pair.rows, table_credit, groups[done[0]], share)
         _credit_merges(right, pair.cols, table_credit, groups[done[1]], share)
@@ -147,13 +158,14 @@ def take_census(terms: Sequence[MatchTerm], work_limit: int = WORK_LIMIT) -> Cen
         needed.append(_final_bound(seg, addr, port))
         exact.append(False)
     else:
-        final = _pair(addr, port, 0, work_limit, proto=seg[4])
+        final = _pair(addr, port, 0, work_limit, proto=seg[4], credits=credits)
         needed.append(final.needed)
         exact.append(final.exact)
-        _credit_merges(addr, final.rows, credit[2], groups[4], share)
-        _credit_merges(port, final.cols, credit[2], groups[5], share)
-        for t, cells in final.alone.items():
-            credit[2][t] += cells
+        if credits:
+            _credit_merges(addr, final.rows, credit[2], groups[4], share)
+            _credit_merges(port, final.cols, credit[2], groups[5], share)
+            for t, cells in final.alone.items():
+                credit[2][t] += cells
     return Census((needed[0], needed[1], needed[2]), (exact[0], exact[1], exact[2]), credit, share)
 
 
@@ -174,6 +186,9 @@ def _pair(
     stop: int,
     work_limit: int,
     proto: _Classes | None = None,
+    *,
+    credits: bool = True,
+    give_up: int | None = None,
 ) -> _Pair:
     """Entries of the cross product of `left` and `right` (times the protocol classes, for the
     final table), per left and right class."""
@@ -205,11 +220,12 @@ def _pair(
                     rows[i] += stride
                     cols[j] += stride
                     needed += stride
-                    _credit_few(both, stride, alone)
+                    if credits:
+                        _credit_few(both, stride, alone)
         return _Pair(needed, False, rows, cols, None, [], alone)
 
     if proto is not None:
-        needed = _final(left.sets, rsets, proto.sets, where, rows, cols, alone)
+        needed = _final(left.sets, rsets, proto.sets, where, rows, cols, alone if credits else None)
         return _Pair(needed, True, rows, cols, None, [], alone)
     # a first look at a few rows says whether the table is far too big to build its classes
     probe = max(1, nleft // PROBE_ROWS)
@@ -227,13 +243,16 @@ def _pair(
             both = truncate(lbits & rsets[j], stop)
             k = out.add(both)
             if k:
-                _credit_few(both, 1, alone)
+                if credits:
+                    _credit_few(both, 1, alone)
                 if k == len(uses):
                     uses.append(0)
                 uses[k] += 1
                 rows[i] += 1
                 cols[j] += 1
                 needed += 1
+        if give_up is not None and needed > give_up:
+            return _Pair(needed, False, rows, cols, None, [], alone)
     return _Pair(needed, True, rows, cols, out, uses, alone)
 
 
@@ -244,18 +263,21 @@ def _final(
     where: dict[int, int],
     rows: list[int],
     cols: list[int],
-    alone: dict[int, int],
+    alone: dict[int, int] | None,
 ) -> int:
     """The final table, counted exactly without visiting its cells: an entry per address class,
     port class and protocol class that share a term. Per address class and protocol class, the
     port classes it meets are the union of where its terms are (`where`: term -> port classes),
     and the few thousand distinct intersections are each looked at once; the port classes' side
     is counted the other way round. Fills `rows` and `cols` (entries per address and port class)
-    and `alone` (term -> entries where it is the only rule), and returns the entries."""
+    and `alone` (term -> entries where it is the only rule; None: not wanted), and returns the
+    entries."""
     times: dict[int, int] = {}  # how many (address class, protocol class) give that set
     for i, v, found in _meeting(lsets, xsets, where):
         times[v] = times.get(v, 0) + 1
         rows[i] += found.bit_count()
+    if alone is None:
+        return sum(rows)
     for v, count in times.items():
         # the port classes that hold exactly one of v's terms: that term alone makes the entry
         once = twice = 0
@@ -362,7 +384,7 @@ def _hopeless(
     if not spilled:
         return None
     for t, name in enumerate(("address-pair", "port-pair", "final")):
-        budget = _as_tuple(budgets)[t]
+        budget = budgets.sizes()[t]
         if now.exact[t] or now.needed[t] <= HOPELESS * budget:
             continue
         if t == 2 and not (now.exact[0] and now.exact[1]):
@@ -442,7 +464,7 @@ def choose_spill(
         ranked = sorted(per_rule, key=lambda r: (-per_rule[r], r))
         # enough rules to cover the excess of the fullest table, as estimated (the credits
         # overlap, so the next census corrects), and not more than a small share of the rules
-        sizes = _as_tuple(budgets)
+        sizes = budgets.sizes()
         fullest = max(range(3), key=lambda i: census.needed[i] / sizes[i])
         fits_below = sizes[fullest] * (1.0 if census.exact[fullest] else ESTIMATE_MARGIN)
         excess = census.needed[fullest] - fits_below

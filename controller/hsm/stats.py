@@ -126,8 +126,8 @@ class CompileStats:
     fallback_reason: str | None = None
     acl_spilled: int = 0  # hybrid: ACL rules in acl_spill
     ids_spilled: int = 0  # hybrid: IDS rules in ids_spill
-    acl2_terms: int = 0  # hybrid: ACL terms in the second partition (acl2_* tables)
-    acl3_terms: int = 0  # hybrid: ACL terms in the third partition (acl3_* tables)
+    # hybrid: ACL terms in each other ACL partition (acl2_* to acl6_* tables), in that order
+    partition_terms: tuple[int, ...] = ()
 
     def entries(self, table: str) -> int:
         return sum(t.entries for t in self.tables if t.table == table)
@@ -152,7 +152,7 @@ class CompileStats:
 
     def _hybrid_lookups(self) -> int:
         """The extra ACL partitions' chains and the spill tables, where they hold rules."""
-        chains = bool(self.acl2_terms) + bool(self.acl3_terms)
+        chains = sum(1 for terms in self.partition_terms if terms)
         return 3 * chains + (2 if self.spilled else 0)
 
     @property

@@ -358,7 +358,7 @@ struct local_metadata_t {
     rule_id_t     ids_spill_gap;
 #endif
 #ifdef OG_HSM_PARTITIONS
-    // The hybrid's second and third ACL partitions (Classify): their own classes of each field
+    // The hybrid's second to sixth ACL partitions (Classify): their own classes of each field
     // and pair.
     seg_index_t   acl2_sa_index;
     seg_index_t   acl2_da_index;
@@ -374,6 +374,27 @@ struct local_metadata_t {
     seg_index_t   acl3_proto_index;
     agg_index_t   acl3_addr_index;
     agg_index_t   acl3_port_index;
+    seg_index_t   acl4_sa_index;
+    seg_index_t   acl4_da_index;
+    seg_index_t   acl4_sp_index;
+    seg_index_t   acl4_dp_index;
+    seg_index_t   acl4_proto_index;
+    agg_index_t   acl4_addr_index;
+    agg_index_t   acl4_port_index;
+    seg_index_t   acl5_sa_index;
+    seg_index_t   acl5_da_index;
+    seg_index_t   acl5_sp_index;
+    seg_index_t   acl5_dp_index;
+    seg_index_t   acl5_proto_index;
+    agg_index_t   acl5_addr_index;
+    agg_index_t   acl5_port_index;
+    seg_index_t   acl6_sa_index;
+    seg_index_t   acl6_da_index;
+    seg_index_t   acl6_sp_index;
+    seg_index_t   acl6_dp_index;
+    seg_index_t   acl6_proto_index;
+    agg_index_t   acl6_addr_index;
+    agg_index_t   acl6_port_index;
 #endif
     acl_verdict_t acl_verdict;
     rule_id_t     acl_rule;

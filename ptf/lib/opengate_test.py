@@ -34,6 +34,7 @@ from opengate.testbed import (
     TAG_BASE,
     ip,
     mac,
+    segment_params,
     session_entry,
     tag_mac,
 )
@@ -266,7 +267,7 @@ class OpenGateTest(P4RuntimeTest):
                     table,
                     {"version": Exact(0), field: value},
                     action,
-                    {"acl_index": 1, "ids_index": 1, "acl2_index": 0, "acl3_index": 0},
+                    segment_params(acl_index=1, ids_index=1),
                     priority=priority,
                 )
             )

@@ -17,6 +17,7 @@ from opengate_test import (
     ip,
     refresh,
     routed,
+    segment_params,
     tcp_packet,
 )
 
@@ -64,7 +65,7 @@ class SegmentsAndAggregationSelectRule(OpenGateTest):
                     table,
                     {**version, field: value},
                     action,  # type: ignore[dict-item]
-                    {"acl_index": acl, "ids_index": 0, "acl2_index": 0, "acl3_index": 0},
+                    segment_params(acl_index=acl, ids_index=0),
                     priority=priority,
                 )
             )
@@ -141,7 +142,7 @@ class VersionFlipSwitchesBanks(OpenGateTest):
                     table,
                     {"version": Exact(1), field: value},
                     action,
-                    {"acl_index": 1, "ids_index": 1, "acl2_index": 0, "acl3_index": 0},
+                    segment_params(acl_index=1, ids_index=1),
                     priority=priority,
                 )
             )
@@ -263,12 +264,12 @@ class HybridSpillTableEarlierRuleWins(OpenGateTest):
 
 
 class HybridPartitionTest(OpenGateTest):
-    """Rules in the hybrid's extra ACL partitions (`acl2_*`, `acl3_*`): the segment lookups give
-    their indexes beside the first partition's."""
+    """Rules in the hybrid's extra ACL partitions (`acl2_*` to `acl6_*`): the segment lookups
+    give their indexes beside the first partition's."""
 
     def partition_rules(self, part: str, rules: dict[int, tuple[int, str]]) -> None:
         """In partition `part`, rule `rule` with `action` for TCP packets to each port (the
-        dp_segment entries of every port name all three partitions' indexes)."""
+        dp_segment entries of every port name all the partitions' indexes)."""
         v0 = {"version": Exact(0)}
         addr_pair, port_pair, verdict, set_addr, set_port = PARTITION_TABLES[part]
         self.insert(
@@ -308,7 +309,9 @@ class HybridPartitionTest(OpenGateTest):
                     pc.T_DP_SEGMENT,
                     {"version": Exact(0), "l4_dport": Range(port, port)},
                     pc.A_SET_DP_INDEX,
-                    {"acl_index": 1, "ids_index": 1, "acl2_index": index, "acl3_index": index},
+                    segment_params(
+                        acl_index=1, ids_index=1, **{f"{p}_index": index for p in PARTITION_TABLES}
+                    ),
                     priority=10,  # over classify_everything's any-port segment
                 )
             )
@@ -326,27 +329,21 @@ class HybridPartitionTest(OpenGateTest):
     def setUp(self) -> None:
         super().setUp()
         self.segments: set[int] = set()
-        if pc.T_ACL3_VERDICT not in self.schema.tables.by_name:
+        if pc.T_ACL6_VERDICT not in self.schema.tables.by_name:
             self.skipTest("this build has no extra ACL partitions")
 
 
-PORTS = (22, 80, 443, 8080)
+PORTS = (22, 80, 443, 8080, 25)
 # The extra partitions' tables and actions (their key fields are named after the partition).
 PARTITION_TABLES = {
-    "acl2": (
-        pc.T_ACL2_ADDR_PAIR,
-        pc.T_ACL2_PORT_PAIR,
-        pc.T_ACL2_VERDICT,
-        pc.A_SET_ACL2_ADDR_INDEX,
-        pc.A_SET_ACL2_PORT_INDEX,
-    ),
-    "acl3": (
-        pc.T_ACL3_ADDR_PAIR,
-        pc.T_ACL3_PORT_PAIR,
-        pc.T_ACL3_VERDICT,
-        pc.A_SET_ACL3_ADDR_INDEX,
-        pc.A_SET_ACL3_PORT_INDEX,
-    ),
+    f"acl{n}": (
+        getattr(pc, f"T_ACL{n}_ADDR_PAIR"),
+        getattr(pc, f"T_ACL{n}_PORT_PAIR"),
+        getattr(pc, f"T_ACL{n}_VERDICT"),
+        getattr(pc, f"A_SET_ACL{n}_ADDR_INDEX"),
+        getattr(pc, f"A_SET_ACL{n}_PORT_INDEX"),
+    )
+    for n in range(2, 7)
 }
 
 
@@ -381,3 +378,24 @@ class HybridThirdPartitionEarliestOfThreeWins(HybridPartitionTest):
             },
         )
         self.check(denied=(22, 80), permitted=(443, 8080))
+
+
+class HybridSixPartitionsEarliestWins(HybridPartitionTest):
+    """All six partitions: the first says rule 20 (permit) for everything; each port's earliest
+    rule is in another partition. Port 22: the sixth's rule 3 (deny) beats the second's rule 12
+    (permit). Port 80: the fourth's rule 2 (deny) beats the third's rule 3 and the sixth's rule 4
+    (permit). Port 443: the fifth's rule 1 (deny) beats the sixth's 2 and the second's 6
+    (permit). Port 25: the fifth's rule 1 (permit) beats the second's 7 and the third's 8
+    (deny). Port 8080: the sixth's rule 30 (deny) comes after the first's rule 20."""
+
+    def runTest(self) -> None:
+        deny, permit = pc.A_ACL_DENY, pc.A_ACL_PERMIT
+        self.classify_everything(rule_id=20)
+        self.partition_rules("acl2", {22: (12, permit), 443: (6, permit), 25: (7, deny)})
+        self.partition_rules("acl3", {80: (3, permit), 25: (8, deny)})
+        self.partition_rules("acl4", {80: (2, deny)})
+        self.partition_rules("acl5", {443: (1, deny), 25: (1, permit)})
+        self.partition_rules(
+            "acl6", {22: (3, deny), 80: (4, permit), 443: (2, permit), 8080: (30, deny)}
+        )
+        self.check(denied=(22, 80, 443), permitted=(25, 8080))

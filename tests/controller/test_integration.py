@@ -260,5 +260,5 @@ def test_a_hybrid_rule_set_is_installed_and_classifies_exactly(real_lab: Lab) ->
     between hybrids: tests/hsm/test_hybrid.py, on the planner's writes.)"""
     classifier = real_lab.controller.states["npm1"].classifier
     compiled = classifier.content[classifier.active]
-    assert compiled is not None and compiled.stats.acl2_terms > 0
+    assert compiled is not None and compiled.stats.partition_terms[0] > 0
     _switch_classifies_like_linear_search(real_lab)

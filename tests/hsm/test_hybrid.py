@@ -18,6 +18,7 @@ from controller.hsm import schema
 from controller.hsm.compile import TableOverflow, acl_terms, compile_hsm, default_limits
 from controller.hsm.hybrid import (
     SpillPlan,
+    _by_kinds,
     _partitions,
     _ranked,
     compile_hybrid,
@@ -25,6 +26,7 @@ from controller.hsm.hybrid import (
 )
 from controller.hsm.lookup import TableState
 from controller.hsm.rules import AclAction, AclRule, IdsRule, parse_classbench
+from controller.hsm.spill_cost import TableBudgets
 from controller.hsm.tables import compile_tables
 from controller.hsm.update import entry_version, plan_update
 from opengate.fields import PortRange, Prefix
@@ -44,18 +46,25 @@ def test_any_split_between_partitions_and_spill_tables_classifies_like_linear_se
 ) -> None:
     positions = st.sets(st.sampled_from(range(len(acl)))) if acl else st.just(set())
     spilled_acl = data.draw(positions)
-    second = data.draw(positions)  # may hold spilled rules too: spilled wins
-    third = data.draw(positions)  # may overlap the second: the second wins
+    # the other partitions (as many as the program has, or fewer) may hold spilled rules too
+    # (spilled wins) and overlap (the earlier partition wins)
+    count = data.draw(st.integers(0, len(schema.PARTITION_SIDES)))
+    parts = [data.draw(positions) for _ in range(count)]
     ids_ids = [r.rule_id for r in ids]
     spilled_ids = data.draw(st.sets(st.sampled_from(ids_ids)) if ids else st.just(set()))
     plan = SpillPlan(
-        frozenset(spilled_acl), frozenset(spilled_ids), frozenset(second), frozenset(third)
+        frozenset(spilled_acl), frozenset(spilled_ids), tuple(frozenset(p) for p in parts)
     )
     compiled = compile_spilled(acl, ids, plan, partitioned=True)
     assert compiled.stats.acl_spilled == len(spilled_acl)
     kept = {t.rule_id for t in acl_terms(acl)} - spilled_acl
-    assert compiled.stats.acl2_terms == len(kept & second)
-    assert compiled.stats.acl3_terms == len(kept & third - second)
+    held: list[int] = []
+    taken: set[int] = set()
+    for part in parts:
+        held.append(len(kept & part - taken))
+        taken |= part
+    held += [0] * (len(schema.PARTITION_SIDES) - count)
+    assert compiled.stats.partition_terms == tuple(held)
     assert_same_as_linear(compiled.entries, acl, ids, _packets(acl, ids, 60))
 
 
@@ -102,8 +111,8 @@ def host_rules(count: int, first: int = 0) -> list[AclRule]:
 PACKETS_CHECKED = 4000
 
 
-@pytest.mark.parametrize("name", ["fw1_1k", "ipc1_1k", "acl1_10k", "fw1_10k"])
-def test_classbench_sets_that_overflow_fit_with_three_partitions_and_a_small_spill(
+@pytest.mark.parametrize("name", ["fw1_1k", "ipc1_1k", "acl1_10k", "fw1_10k", "ipc1_10k"])
+def test_classbench_sets_that_overflow_fit_with_partitions_and_a_small_spill(
     classbench_dir: Path, name: str
 ) -> None:
     acl = parse_classbench(classbench_dir / name)
@@ -114,7 +123,7 @@ def test_classbench_sets_that_overflow_fit_with_three_partitions_and_a_small_spi
     seconds = time.perf_counter() - started
     stats = compiled.stats
     assert stats.profile == "hsm"
-    assert 0 < stats.acl2_terms + stats.acl3_terms < stats.acl_terms  # partitioned
+    assert 0 < sum(stats.partition_terms) < stats.acl_terms  # partitioned
     assert stats.entries(schema.ACL_SPILL) <= schema.table_capacity(schema.ACL_SPILL) // 2
     for table in (*schema.HSM_TABLES, *schema.PARTITION_TABLES):
         assert stats.entries(table) <= schema.table_capacity(table) // 2, table
@@ -124,8 +133,7 @@ def test_classbench_sets_that_overflow_fit_with_three_partitions_and_a_small_spi
     sample = random.Random(name).sample(packets, min(len(packets), PACKETS_CHECKED))
     assert_same_as_linear(compiled.entries, acl, [], sample)
     print(
-        f"{name}: {stats.acl2_terms} and {stats.acl3_terms} terms in the second and third "
-        f"partitions, {stats.acl_spilled} of "
+        f"{name}: {stats.partition_terms} terms in the other partitions, {stats.acl_spilled} of "
         f"{len(acl)} rules spilled in {seconds:.1f}s"
     )
     assert stats.acl_spilled <= 0.05 * len(acl)  # issue #17's goal: at most 5 % spilled
@@ -203,12 +211,12 @@ def test_partitions_by_wide_side_and_rules_wide_in_both_spilled_first() -> None:
     terms = acl_terms(acl)
     roomy = default_limits()
     parts = _partitions(terms, roomy, overflowed=True, spill_budget=1024)
-    assert (parts.acl2, parts.acl3, parts.acl) == (ids["src"], ids["dst"], frozenset())
+    assert (parts.parts, parts.acl) == ((ids["src"], ids["dst"]), frozenset())
     # The first partition's final table: 20 address classes alone (any port); with the rules
     # wide in both, each address class meets their 5 ports as well.
     tight = {**roomy, schema.ACL_CHAIN.final: 60}
     parts = _partitions(terms, tight, overflowed=True, spill_budget=1024)
-    assert (parts.acl2, parts.acl3, parts.acl) == (ids["src"], ids["dst"], ids["both"])
+    assert (parts.parts, parts.acl) == ((ids["src"], ids["dst"]), ids["both"])
     # no room in the spill table for them: they stay, and the choice by cost decides
     parts = _partitions(terms, tight, overflowed=True, spill_budget=4)
     assert parts.acl == frozenset()
@@ -216,3 +224,62 @@ def test_partitions_by_wide_side_and_rules_wide_in_both_spilled_first() -> None:
     assert compiled.stats.acl_spilled >= 1
     assert compiled.stats.entries(schema.ACL_CHAIN.final) <= 60
     assert_same_as_linear(compiled.entries, acl, [], _packets(acl, [], 200))
+
+
+def kinds_rules(count: int) -> tuple[list[AclRule], dict[str, frozenset[int]]]:
+    """Host-pair rules of two kinds, `count` each: any port, and each to a port of its own. Apart,
+    each kind needs `count` final entries; together every any-port rule meets every port class
+    (count x (count + 1) more)."""
+    any_port = [
+        AclRule(src=(Prefix(0x0A000000 + i, 32),), dst=(Prefix(0x0B000000 + i, 32),))
+        for i in range(count)
+    ]
+    one_port = [
+        AclRule(
+            src=(Prefix(0x0A100000 + i, 32),),
+            dst=(Prefix(0x0B100000 + i, 32),),
+            dport=(PortRange(1000 + i, 1000 + i),),
+            action=AclAction.DENY,
+        )
+        for i in range(count)
+    ]
+    kinds = {"any": frozenset(range(count)), "port": frozenset(range(count, 2 * count))}
+    return [*any_port, *one_port], kinds
+
+
+def test_rules_narrow_in_both_addresses_are_split_by_their_ports() -> None:
+    """All narrow in both addresses, so the split by addresses keeps them in one partition,
+    whose final table is 20 x 21 + 20 entries; the grouping by kinds puts the any-port rules
+    and the one-port rules in partitions of their own, and nothing is spilled."""
+    acl, kinds = kinds_rules(20)
+    terms = acl_terms(acl)
+    tight = {**default_limits(), schema.ACL_CHAIN.final: 100}
+    parts = _partitions(terms, tight, overflowed=True, spill_budget=1024)
+    assert parts.acl == frozenset()
+    first = frozenset(range(len(acl))) - parts.partitioned
+    assert {first, *parts.parts} - {frozenset()} == set(kinds.values())
+    compiled = compile_hybrid(acl, [], limits=tight, shrink_seconds=5)
+    assert compiled.stats.acl_spilled == 0
+    for chain in (schema.ACL_CHAIN, *schema.PARTITION_CHAINS):
+        assert compiled.stats.entries(chain.final) <= 20
+    assert_same_as_linear(compiled.entries, acl, [], _packets(acl, [], 200))
+
+
+def test_kinds_are_merged_into_as_many_chains_as_there_are_and_the_cheapest_merge_first() -> None:
+    """Three kinds for two chains: the five rules wide in the source (any port, sources of their
+    own) add 5 final entries beside the any-port kind (one port class) and 5 x 21 beside the
+    one-port kind, and the any-port and one-port kinds together need 440: only the first merge
+    fits. With one chain, everything is in it, and the census says how far over its budget."""
+    acl, kinds = kinds_rules(20)
+    wide = [
+        AclRule(src=(Prefix(0x0C000000 + (i << 24), 8),), dst=(Prefix(0x0D000000 + i, 32),))
+        for i in range(5)
+    ]
+    acl += wide
+    wide_ids = frozenset(range(40, 45))
+    budgets = TableBudgets(1000, 1000, 100)
+    groups, excess = _by_kinds(acl_terms(acl), 2, budgets)
+    assert excess == 0
+    assert sorted(groups, key=min) == [kinds["any"] | wide_ids, kinds["port"]]
+    groups, excess = _by_kinds(acl_terms(acl), 1, budgets)
+    assert groups == [frozenset(range(45))] and excess > 3.0

@@ -32,15 +32,14 @@ def _assert_round_trip(schema: P4Schema, entries: Iterable[TableEntry]) -> None:
 def test_hsm_entries_encode_and_decode_unchanged(
     build_dir: Path, classbench_dir: Path, community_rules: Path
 ) -> None:
-    """The v1model build's hybrid: the three ACL partitions and both spill tables hold entries."""
+    """The v1model build's hybrid: the six ACL partitions and both spill tables hold entries."""
     schema = _schema(build_dir / "opengate.p4info.txtpb")
     acl = parse_classbench(classbench_dir / "ipc1_1k", limit=100)
     headers, _ = load_ids_file(community_rules, include_commented=True)
     plan = SpillPlan(
         acl=frozenset({3, 7}),
         ids=frozenset(r.rule_id for r in headers.rules[:5]),
-        acl2=frozenset(range(0, 100, 3)),
-        acl3=frozenset(range(1, 100, 3)),
+        parts=tuple(frozenset(range(k, 100, 7)) for k in range(5)),
     )
     for version in (0, 1):
         compiled = compile_spilled(acl, headers.rules, plan, partitioned=True).in_bank(version)

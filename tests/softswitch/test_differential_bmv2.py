@@ -62,6 +62,7 @@ from opengate.testbed import (
     TAG_BASE,
     ip,
     mac,
+    segment_params,
     session_entry,
     tag_mac,
 )
@@ -194,7 +195,7 @@ def classification_entries() -> list[TableEntry]:
             table,
             {"version": v0, name: value},
             action,
-            {"acl_index": acl, "ids_index": ids, "acl2_index": 0, "acl3_index": 0},
+            segment_params(acl_index=acl, ids_index=ids),
             priority=prio,
         )
         for table, name, value, action, prio, (acl, ids) in seg

@@ -10,12 +10,13 @@
 // of the cross products (those that blow them up) sit in a small priority ternary table per rule
 // set, `acl_spill` and `ids_spill`, banked like the rest and looked up beside HSM; of the two
 // results the rule that comes first wins (rule ids are positions in the rule set), so the verdict
-// is still first-match linear search over all the rules. The hybrid (OG_HSM_PARTITIONS) also has a
-// second and a third ACL partition: the compiler puts the rules wide in the source (and not in the
-// destination) into tables of their own (`acl2_addr_pair`, `acl2_port_pair`, `acl2_verdict`, over
-// indexes the same segment lookups return) and the rules the other way round into a third chain
-// (`acl3_*`), so that the kinds of rules do not meet in one cross product; again the rule that
-// comes first of the partitions' (and the spill tables') results wins.
+// is still first-match linear search over all the rules. The hybrid (OG_HSM_PARTITIONS) also has
+// five more ACL partitions, chains of their own (`acl2_addr_pair`, `acl2_port_pair`,
+// `acl2_verdict`, ... `acl6_*`, over indexes the same segment lookups return): the compiler puts
+// kinds of rules that would blow up one cross product together (wide in the source and narrow in
+// the destination, say, against the other way round; or specific in ports against any port) into
+// different chains; again the rule that comes first of the partitions' (and the spill tables')
+// results wins.
 //
 // -DWITH_NAIVE_ACL: one priority ternary table per rule set, the baseline the benchmark compares.
 #ifndef OPENGATE_CONTROL_CLASSIFY_P4
@@ -110,11 +111,16 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
     }
 
 #ifdef OG_HSM_PARTITIONS
-    // The segment actions also give the second and third ACL partitions' indexes (the last
-    // parameters, so the others keep their P4Runtime ids).
-#define PARTITION_INDEX_PARAMS , seg_index_t acl2_index, seg_index_t acl3_index
-#define PARTITION_INDEX_ARGS , 0, 0
-#define PARTITION_INDEX_SET(field) meta.acl2_##field = acl2_index; meta.acl3_##field = acl3_index;
+    // The segment actions also give the other ACL partitions' indexes (the last parameters, so
+    // the others keep their P4Runtime ids).
+#define PARTITION_INDEX_PARAMS                                                                  \
+    , seg_index_t acl2_index, seg_index_t acl3_index, seg_index_t acl4_index,                   \
+    seg_index_t acl5_index, seg_index_t acl6_index
+#define PARTITION_INDEX_ARGS , 0, 0, 0, 0, 0
+#define PARTITION_INDEX_SET(field)                                                              \
+    meta.acl2_##field = acl2_index; meta.acl3_##field = acl3_index;                             \
+    meta.acl4_##field = acl4_index; meta.acl5_##field = acl5_index;                             \
+    meta.acl6_##field = acl6_index;
 #else
 #define PARTITION_INDEX_PARAMS
 #define PARTITION_INDEX_ARGS
@@ -317,8 +323,8 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
     }
 
 #ifdef OG_HSM_PARTITIONS
-    // The second and third ACL partitions: the same chain as the first over their own indexes; a
-    // miss in a partition's final table leaves the verdict found so far.
+    // The other ACL partitions: the same chain as the first over their own indexes; a miss in a
+    // partition's final table leaves the verdict found so far.
 #define NAME_STR(x) #x
 #define NAME_XSTR(x) NAME_STR(x)
 #define ACL_PARTITION_CHAIN(P, ADDR_SIZE, PORT_SIZE, VERDICT_SIZE)                            \
@@ -369,6 +375,12 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
                      ACL2_VERDICT_TABLE_SIZE)
     ACL_PARTITION_CHAIN(acl3, ACL3_ADDR_PAIR_TABLE_SIZE, ACL3_PORT_PAIR_TABLE_SIZE,
                      ACL3_VERDICT_TABLE_SIZE)
+    ACL_PARTITION_CHAIN(acl4, ACL4_ADDR_PAIR_TABLE_SIZE, ACL4_PORT_PAIR_TABLE_SIZE,
+                     ACL4_VERDICT_TABLE_SIZE)
+    ACL_PARTITION_CHAIN(acl5, ACL5_ADDR_PAIR_TABLE_SIZE, ACL5_PORT_PAIR_TABLE_SIZE,
+                     ACL5_VERDICT_TABLE_SIZE)
+    ACL_PARTITION_CHAIN(acl6, ACL6_ADDR_PAIR_TABLE_SIZE, ACL6_PORT_PAIR_TABLE_SIZE,
+                     ACL6_VERDICT_TABLE_SIZE)
 #endif
 
 #ifdef OG_HSM_SPILL
@@ -437,20 +449,28 @@ control Classify(inout headers_t hdr, inout local_metadata_t meta) {
         acl2_port_pair.apply();
         acl3_addr_pair.apply();
         acl3_port_pair.apply();
-        acl_verdict_t first_verdict = meta.acl_verdict;
-        rule_id_t first_rule = meta.acl_rule;
-        acl2_verdict.apply();
-        if (first_rule < meta.acl_rule) {
-            meta.acl_verdict = first_verdict;
-            meta.acl_rule = first_rule;
+        acl4_addr_pair.apply();
+        acl4_port_pair.apply();
+        acl5_addr_pair.apply();
+        acl5_port_pair.apply();
+        acl6_addr_pair.apply();
+        acl6_port_pair.apply();
+        // Each partition's verdict, then the earlier rule of it and the verdict so far.
+#define ACL_PARTITION_MERGE(P)                                                                  \
+        {                                                                                       \
+            acl_verdict_t before_verdict = meta.acl_verdict;                                    \
+            rule_id_t before_rule = meta.acl_rule;                                              \
+            P##_verdict.apply();                                                                \
+            if (before_rule < meta.acl_rule) {                                                  \
+                meta.acl_verdict = before_verdict;                                              \
+                meta.acl_rule = before_rule;                                                    \
+            }                                                                                   \
         }
-        acl_verdict_t second_verdict = meta.acl_verdict;
-        rule_id_t second_rule = meta.acl_rule;
-        acl3_verdict.apply();
-        if (second_rule < meta.acl_rule) {
-            meta.acl_verdict = second_verdict;
-            meta.acl_rule = second_rule;
-        }
+        ACL_PARTITION_MERGE(acl2)
+        ACL_PARTITION_MERGE(acl3)
+        ACL_PARTITION_MERGE(acl4)
+        ACL_PARTITION_MERGE(acl5)
+        ACL_PARTITION_MERGE(acl6)
 #endif
         ids_addr_pair.apply();
         ids_port_pair.apply();
