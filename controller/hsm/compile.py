@@ -705,18 +705,16 @@ def compile_hsm(
     if len(partitions) > len(schema.PARTITION_SIDES):
         raise ValueError(f"at most {len(schema.PARTITION_SIDES)} extra ACL partitions")
     acl_all = acl_terms(acl, skip_acl)
-    placed: dict[int, int] = {}  # ACL term index -> partition (the first that holds its rule)
-    for p in reversed(range(len(partitions))):
-        for i, t in enumerate(acl_all):
-            if t.rule_id in partitions[p]:
-                placed[i] = p
+    # per ACL term, the first partition that holds its rule (None: the first chain)
+    placed = [next((p for p, part in enumerate(partitions) if t.rule_id in part), None)
+              for t in acl_all]  # fmt: skip
     sides = [
-        _Side(schema.ACL_SIDE, [t for i, t in enumerate(acl_all) if i not in placed]),
+        _Side(schema.ACL_SIDE, [t for i, t in enumerate(acl_all) if placed[i] is None]),
         _Side(schema.IDS_SIDE, ids_terms(ids, skip_ids)),
     ]
     if partitioned:
         sides += [
-            _Side(side, [t for i, t in enumerate(acl_all) if placed.get(i) == p])
+            _Side(side, [t for i, t in enumerate(acl_all) if placed[i] == p])
             for p, side in enumerate(schema.PARTITION_SIDES)
         ]
     hints = reuse.index_hints() if reuse is not None and reuse.profile is Profile.HSM else {}

@@ -54,7 +54,7 @@ from controller.hsm.compile import (
 )
 from controller.hsm.naive import naive_entries
 from controller.hsm.rules import AclRule, IdsRule
-from controller.hsm.spill_cost import Census, TableBudgets, choose_spill, take_census
+from controller.hsm.spill_cost import TableBudgets, choose_spill, take_census
 from controller.hsm.stats import table_stats
 from opengate.entries import Exact, TableEntry
 from opengate.fields import PortRange, Prefix, prefix_mask
@@ -363,8 +363,7 @@ def _partitions(
     if not overflowed and take_census(terms).fits(_budgets(chain, limits)):
         return SpillPlan()
 
-    def length(term: MatchTerm, f: int) -> int:
-        return min(p.length for p in term.fields[f])  # type: ignore[union-attr]
+    length = _shortest
 
     def wide(term: MatchTerm, f: int) -> bool:
         return length(term, f) <= WIDE_PREFIX
@@ -386,7 +385,9 @@ def _partitions(
             (schema.PARTITION_CHAINS[1], [t for t in rest if t.rule_id in third]),
         ]
         excess = sum(
-            _excess(take_census(g, credits=False), _budgets(c, limits)) for c, g in groups if g
+            _excess(take_census(g, credits=False).needed, _budgets(c, limits))
+            for c, g in groups
+            if g
         )
         LOG.debug("partitions %s: %d / %d / %d rules, excess %.3f", way, len(first),
                   len(second), len(third), excess)  # fmt: skip
@@ -395,9 +396,9 @@ def _partitions(
     assert best is not None
     extra = [c for c in schema.PARTITION_CHAINS if limits.get(c.final, 0) > 0]
     if best[0] > KINDS_FROM and len(extra) > 2:
-        budgets = TableBudgets(
-            *(min(limits[getattr(c, t)] for c in (chain, *extra)) for t in _TABLE_FIELDS)
-        )
+        # the smallest of the chains' budgets, table by table
+        each = [_budgets(c, limits).sizes() for c in (chain, *extra)]
+        budgets = TableBudgets(*(min(sizes) for sizes in zip(*each, strict=True)))
         kinds, excess = _by_kinds(terms, 1 + len(extra), budgets)
         LOG.info(
             "hybrid: ACL partitions by kinds of rules: %s rules, excess %.3f (by addresses %s: "
@@ -427,9 +428,6 @@ def _partitions(
         "spilled first" if spilled else "in the first",
     )
     return SpillPlan(acl=spilled, parts=(second, third))
-
-
-_TABLE_FIELDS = ("addr_pair", "port_pair", "final")
 
 
 def _by_kinds(
@@ -486,16 +484,14 @@ def _by_kinds(
         _, i, j = best
         merged = [m for k, m in enumerate(merged) if k not in (i, j)] + [merged[i] | merged[j]]
     merged.sort(key=load, reverse=True)
-    excess = sum(
-        sum(max(0.0, n / b - 1.0) for n, b in zip(needed[m], sizes, strict=True)) for m in merged
-    )
+    excess = sum(_excess(needed[m], budgets) for m in merged)
     return [frozenset(terms[i].rule_id for k in m for i in groups[k]) for m in merged], excess
 
 
 def _kind(term: MatchTerm) -> tuple[int, int]:
     """How a rule is wide in the addresses (0-4) and which of its ports match anything (0-3);
     see `_by_kinds`."""
-    src, dst = (min(p.length for p in term.fields[f]) for f in (0, 1))  # type: ignore[union-attr]
+    src, dst = _shortest(term, 0), _shortest(term, 1)
     if src <= WIDE_PREFIX:
         address = 0 if dst <= WIDE_PREFIX else 1
     else:
@@ -508,9 +504,14 @@ def _kind(term: MatchTerm) -> tuple[int, int]:
     return address, port
 
 
-def _excess(census: Census, budgets: TableBudgets) -> float:
-    """How far over its tables' budgets a census is (0: it fits)."""
-    return sum(max(0.0, n / b - 1.0) for n, b in zip(census.needed, budgets.sizes(), strict=True))
+def _shortest(term: MatchTerm, f: int) -> int:
+    """The shortest prefix of address field `f` (0: source, 1: destination) in `term`."""
+    return min(p.length for p in term.fields[f])  # type: ignore[union-attr]
+
+
+def _excess(needed: Sequence[int], budgets: TableBudgets) -> float:
+    """How far over its tables' budgets a census's counts are (0: they fit)."""
+    return sum(max(0.0, n / b - 1.0) for n, b in zip(needed, budgets.sizes(), strict=True))
 
 
 def compile_spilled(
