@@ -30,6 +30,13 @@
  *     order, stopping at the first entry whose ranges hold.
  *   - A lookup works out the next group's masked key and hash one group ahead and prefetches its
  *     slot, so that the probes of a miss across many groups overlap.
+ *   - Where there is a pruning field (below), each group has a filter: a bitmap of OG_FILTER_BITS
+ *     bits per slot, with a bit set for each of its buckets' masked values of that field (a
+ *     multiplicative hash). A lookup skips a group whose bit for the key is clear without
+ *     probing its hash table: an LPM table of many prefix lengths costs one bit test (a few
+ *     cached bitmaps) per length that cannot match, not one probe of a large hash table. Bits
+ *     of removed buckets stay set (a lookup then probes for nothing) until they are more than
+ *     half the buckets; the filter is then built again, as it is when the hash table resizes.
  *
  * Why.
  *   Lookups run on the data plane's threads, several at once, without the caller's lock; adds,
@@ -72,6 +79,7 @@
 #define OG_GROUP_CAP0 8    /* slots of a new group */
 #define OG_PRUNE_GROUPS 8  /* tuple pruning with this many groups or more */
 #define OG_PRUNE_MAX 512   /* candidate groups a pruned lookup collects (more: every group) */
+#define OG_FILTER_BITS 8   /* bits of a group's filter per slot of its hash table */
 
 /* An entry, in a bucket: E_WORDS + 2 * nranges words. */
 enum { E_VALUE = 0, E_PRIO = 1, E_SEQ = 2, E_WORDS = 3 }; /* then lo, hi per range field */
@@ -105,6 +113,9 @@ typedef struct og_group {
     uint64_t *slots;    /* capmask + 1 slots of t->sstride words */
     uint64_t capmask;
     uint64_t used;      /* buckets, which is also the heap's size */
+    uint64_t *filter;   /* pruning field's filter, OG_FILTER_BITS per slot (NULL: none) */
+    uint32_t fshift;    /* 64 - log2 of the filter's bits */
+    uint32_t fstale;    /* buckets removed since the filter was last built */
     og_bucket **heap;   /* max-heap of buckets by the rank of their first entry */
     uint64_t heapcap;
     uint32_t at;        /* position in t->order */
@@ -184,6 +195,46 @@ static inline uint64_t hash_words(const uint64_t *w, uint32_t n) {
 #define ENTRY(t, b, i) ((b)->e + (size_t)(i) * (t)->estride)
 #define SLOT(t, g, i) ((g)->slots + (size_t)(i) * (t)->sstride)
 
+/* ------------------------------------------------------------------ a group's filter */
+/* The bit of a masked value of the pruning field (the product's high bits: a prefix's masked
+ * value has its low bits 0). */
+static inline uint64_t filter_bit(const og_group *g, uint64_t masked) {
+    return (masked * 0x9e3779b97f4a7c15ULL) >> g->fshift;
+}
+
+static inline void filter_set(og_group *g, uint64_t masked) {
+    uint64_t i = filter_bit(g, masked);
+    g->filter[i >> 6] |= 1ULL << (i & 63);
+}
+
+/* Can group g hold a bucket for the key's pruning field (key words kv)? No when its bit is clear. */
+static inline int filter_may(const og_table *t, const og_group *g, const uint64_t *kv) {
+    if (!g->filter) return 1;
+    uint64_t i = filter_bit(g, kv[t->pk] & g->mask[t->pk]);
+    return (int)((g->filter[i >> 6] >> (i & 63)) & 1);
+}
+
+/* In place of g's filter (freed), one sized for a hash table of cap slots (a power of two),
+ * with the bits of the buckets in `slots` (n slots); -1 when out of memory (g's is left as it
+ * was). No filter where there is no pruning field. */
+static int filter_build(const og_table *t, og_group *g, const uint64_t *slots, uint64_t n,
+                        uint64_t cap) {
+    if (t->pk < 0) return 0;
+    uint64_t bits = cap * OG_FILTER_BITS;
+    uint64_t *filter = calloc((size_t)(bits + 63) / 64, sizeof(uint64_t));
+    if (!filter) return -1;
+    uint64_t *old = g->filter;
+    g->filter = filter;
+    g->fshift = (uint32_t)(64 - __builtin_ctzll(bits));
+    for (uint64_t i = 0; i < n; i++) {
+        const uint64_t *s = slots + i * t->sstride;
+        if (s[S_BUCKET]) filter_set(g, s[S_WORDS + t->pk]);
+    }
+    free(old);
+    g->fstale = 0;
+    return 0;
+}
+
 static inline int64_t e_prio(const uint64_t *e) { return (int64_t)e[E_PRIO]; }
 
 static inline int bucket_beats(const og_bucket *a, const og_bucket *b) {
@@ -216,6 +267,11 @@ static int slots_resize(const og_table *t, og_group *g, uint64_t cap) {
     uint64_t *slots = calloc((size_t)cap, ss * sizeof(uint64_t));
     if (!slots) return -1;
     uint64_t *old = g->slots, oldcap = g->capmask + 1;
+    /* the filter first: sized for the new capacity, with the bits of the buckets there are */
+    if (filter_build(t, g, old, oldcap, cap)) {
+        free(slots);
+        return -1;
+    }
     g->slots = slots;
     g->capmask = cap - 1;
     for (uint64_t i = 0; i < oldcap; i++) {
@@ -333,6 +389,12 @@ static og_group *group_new(const og_table *t, const uint64_t *mv) {
     }
     g->capmask = OG_GROUP_CAP0 - 1;
     g->heapcap = OG_GROUP_CAP0 / 2;
+    if (filter_build(t, g, g->slots, 0, OG_GROUP_CAP0)) {
+        free(g->slots);
+        free(g->heap);
+        free(g);
+        return NULL;
+    }
     return g;
 }
 
@@ -353,6 +415,7 @@ static void group_free(const og_table *t, og_group *g) {
     }
     free(g->slots);
     free(g->heap);
+    free(g->filter);
     free(g);
 }
 
@@ -760,6 +823,7 @@ OG_TABLE_API int og_table_add(og_table *t, void *value, const uint64_t *value_bi
         b->cap = 1;
         b->pad_ = 0;
         b->iv = NULL;
+        if (g->filter) filter_set(g, mk[t->pk]);
         s = slot_free_at(t, g, h);
         s[S_BUCKET] = ptr_word(b);
         memcpy(s + S_WORDS, mk, t->nk * sizeof(uint64_t));
@@ -879,7 +943,13 @@ OG_TABLE_API int og_table_remove(og_table *t, void *value, const uint64_t *value
             return 0;
         }
         uint64_t cap = g->capmask + 1;
-        if (cap > OG_GROUP_CAP0 && g->used * 8 < cap) (void)slots_resize(t, g, cap / 2);
+        if (cap > OG_GROUP_CAP0 && g->used * 8 < cap) {
+            (void)slots_resize(t, g, cap / 2);
+        } else if (g->filter && ++g->fstale > g->used / 2 + 8) {
+            /* the filter keeps the bits of removed buckets (a lookup then probes for nothing):
+             * built again from what is left once they are many (out of memory: kept as is) */
+            (void)filter_build(t, g, g->slots, cap, cap);
+        }
     } else {
         if (pos == 0) heap_down(g, b->heap_at);
         if (t->nranges == 0) s[S_VALUE] = b->e[E_VALUE];
@@ -985,6 +1055,13 @@ static int prune_candidates(const og_table *t, const uint64_t *kv, og_group **ca
     return n;
 }
 
+/* The first group from `from` on (in rank order) whose filter lets the key through (key words
+ * kv), or t->ngroups. */
+static inline uint32_t next_group(const og_table *t, const uint64_t *kv, uint32_t from) {
+    while (from < t->ngroups && !filter_may(t, t->order[from], kv)) from++;
+    return from;
+}
+
 OG_TABLE_API void *og_table_lookup(const og_table *t, const uint64_t *key) {
     uint32_t ng = t->ngroups, nk = t->nk;
     if (!ng) return NULL;
@@ -1005,26 +1082,32 @@ OG_TABLE_API void *og_table_lookup(const og_table *t, const uint64_t *key) {
         }
         return best;
     }
-    /* the masked key and hash of the next group are worked out one group ahead and its slot
-     * prefetched, so that the probes of a miss in many groups overlap */
-    for (uint32_t j = 0; j < nk; j++) mk[0][j] = kv[j] & t->order[0]->mask[j];
-    uint64_t h = hash_words(mk[0], nk);
-    for (uint32_t gi = 0; gi < ng; gi++) {
+    /* the masked key and hash of the next group whose filter lets the key through are worked
+     * out one group ahead and its slot prefetched, so that the probes of a miss in many groups
+     * overlap; a group whose filter says no is not probed */
+    uint32_t gi = next_group(t, kv, 0);
+    uint64_t h = 0;
+    if (gi < ng) {
+        for (uint32_t j = 0; j < nk; j++) mk[0][j] = kv[j] & t->order[gi]->mask[j];
+        h = hash_words(mk[0], nk);
+    }
+    for (uint32_t cur = 0; gi < ng; cur ^= 1) {
         const og_group *g = t->order[gi];
         if (best && !beats(g->best_prio, g->best_seq, bp, bs)) break;
+        uint32_t gn = next_group(t, kv, gi + 1);
         uint64_t hn = 0;
-        if (gi + 1 < ng) {
-            const og_group *gn = t->order[gi + 1];
-            uint64_t *next = mk[(gi + 1) & 1];
-            for (uint32_t j = 0; j < nk; j++) next[j] = kv[j] & gn->mask[j];
+        if (gn < ng) {
+            const og_group *next_g = t->order[gn];
+            uint64_t *next = mk[cur ^ 1];
+            for (uint32_t j = 0; j < nk; j++) next[j] = kv[j] & next_g->mask[j];
             hn = hash_words(next, nk);
-            OG_TABLE_PREFETCH(SLOT(t, gn, hn & gn->capmask));
+            OG_TABLE_PREFETCH(SLOT(t, next_g, hn & next_g->capmask));
         }
-        const uint64_t *s = slot_find(t, g, mk[gi & 1], h);
+        const uint64_t *s = slot_find(t, g, mk[cur], h);
         h = hn;
+        gi = gn;
         if (!s) continue;
-        if (OG_TABLE_LIKELY(t->nranges == 0) && !best && gi + 1 == ng)
-            return word_ptr(s[S_VALUE]);
+        if (OG_TABLE_LIKELY(t->nranges == 0) && !best && gn == ng) return word_ptr(s[S_VALUE]);
         consider(t, s, key, &best, &bp, &bs);
     }
     return best;

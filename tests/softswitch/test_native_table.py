@@ -336,6 +336,42 @@ def test_lpm_longest_prefix_wins(make_native: MakeNative, seed: int) -> None:
     check(Shape(random.Random(seed), [LPM], [32]), native, ref, 1000)
 
 
+@pytest.mark.parametrize("seed", [31, 32])
+def test_lpm_filters_through_removes_and_re_adds(make_native: MakeNative, seed: int) -> None:
+    """Each prefix length's group skips keys its filter rules out: many lengths of many
+    prefixes, then most of each length removed in rounds (the filters keep stale bits, then are
+    built again) and some added back, with lookups of kept, removed and re-added prefixes
+    compared after every round."""
+    rng = random.Random(seed)
+    shape = Shape(rng, [LPM], [32], pool=300, lpm_lens=list(range(8, 33)))
+
+    def route() -> Spec:  # priority: the prefix length
+        spec = shape.spec()
+        return Spec(spec.bits, spec.mask, spec.lo, spec.hi, spec.mask[0].bit_count())
+
+    native = make_native([LPM], [32])
+    ref = Reference([LPM])
+    specs = {v: route() for v in range(1, 2001)}
+    for v, spec in specs.items():
+        assert native.add(v, spec) == 0
+        ref.add(v, spec)
+    assert check(shape, native, ref, 2000) > 1000
+    every = dict(specs)
+    for _ in range(6):
+        live = sorted(ref.live)
+        for v in rng.sample(live, len(live) // 3):
+            assert native.remove(v, every[v]) == 0
+            ref.remove(v)
+        for v in range(len(every) + 1, len(every) + 41):
+            every[v] = route()
+            assert native.add(v, every[v]) == 0
+            ref.add(v, every[v])
+        check(shape, native, ref, 1000)
+        for spec in rng.sample(list(every.values()), 300):  # the removed ones' own keys too
+            key = shape.key(spec)
+            assert native.lookup(key) == ref.lookup(key), key
+
+
 @pytest.mark.parametrize("seed", [7, 8])
 def test_lpm_with_exact_vrf(make_native: MakeNative, seed: int) -> None:
     exercise(make_native, Shape(random.Random(seed), [EXACT, LPM], [8, 32], pool=3), 400)
