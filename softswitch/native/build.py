@@ -16,8 +16,18 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-RUNTIME = ("og_rt.h", "og_table.h", "og_table.c", "og_io.h", "og_io.c", "og_dp.h", "og_dp.c")
-SOURCES = ("og_table.c", "og_io.c")
+RUNTIME = (
+    "og_rt.h",
+    "og_table.h",
+    "og_table_impl.h",
+    "og_table.c",
+    "og_table_index.c",
+    "og_io.h",
+    "og_io.c",
+    "og_dp.h",
+    "og_dp.c",
+)
+SOURCES = ("og_table.c", "og_table_index.c", "og_io.c")
 FLAGS = ("-O2", "-shared", "-fPIC", "-pthread", "-w")
 COMPILE_TIMEOUT = 300
 

@@ -211,15 +211,22 @@ def test_rekey_during_a_transfer_loses_nothing(vpn: GatewayNetwork) -> None:
         "the transfer and the pings under way in the tunnel",
         lambda: _tunnel(vpn, "npma")["tunnels"][0]["packets_out"] > sent + 200,
     )
+    # From each end in turn, the second once the first is done: asked at once, the two rekeys
+    # collide (RFC 7296 2.8.1), and the peers then delete the redundant CHILD SA, where a packet
+    # already sent on it may be lost, which is charon's business, not the gateway's.
     _rekey(vpn, "ipseca1", "site-b")
+    middle = wait_for(
+        "site A's rekey done: new CHILD SAs, the old ones gone",
+        lambda: (spis := _child_spis(vpn)) and not spis & before and spis,
+    )
     _rekey(vpn, "ipsecb1", "site-a")
     for thread in threads:
         thread.join(timeout=150)
     assert " 0% packet loss" in results["ping"], results["ping"]
     assert results["fetch"] == digest
     after = wait_for(
-        "new CHILD SAs, the old ones gone",
-        lambda: (spis := _child_spis(vpn)) and not spis & before and spis,
+        "site B's rekey done: new CHILD SAs again",
+        lambda: (spis := _child_spis(vpn)) and not spis & (before | middle) and spis,
     )
     assert after
     assert _tunnel(vpn, "npma")["tunnels"][0]["rekeys"] >= 1

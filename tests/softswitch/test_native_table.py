@@ -1,6 +1,6 @@
-"""The C table index (softswitch/native/og_table.c) against a brute-force reference.
+"""The C table index (softswitch/native/og_table.c, og_table_index.c) against a brute-force reference.
 
-The C file is compiled into a shared object and driven through ctypes. Entries and keys are random
+The C files are compiled into a shared object and driven through ctypes. Entries and keys are random
 with fixed seeds; keys are mostly built to fall on an entry (its cared-for bits, a point of its
 ranges) so that overlaps, priorities and ties are exercised. The reference matches an entry iff
 every field has (key & mask) == (bits & mask) and every range field lo <= key <= hi; the winner is
@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-SOURCE = Path(__file__).resolve().parents[2] / "softswitch" / "native" / "og_table.c"
+NATIVE = Path(__file__).resolve().parents[2] / "softswitch" / "native"
+SOURCES = [NATIVE / "og_table.c", NATIVE / "og_table_index.c"]
 EXACT, LPM, TERNARY, RANGE, OPTIONAL = range(5)
 MAX_FIELDS = 16
 U64 = ctypes.c_uint64
@@ -52,7 +53,7 @@ def lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
         pytest.skip("no C compiler: `cc` is not on PATH")
     out = tmp_path_factory.mktemp("og_table") / "og_table.so"
     cmd = [cc, "-std=c99", "-O2", "-Wall", "-Wextra", "-shared", "-fPIC", "-o", str(out)]
-    subprocess.run([*cmd, str(SOURCE)], check=True, capture_output=True, text=True)
+    subprocess.run([*cmd, *map(str, SOURCES)], check=True, capture_output=True, text=True)
     so = ctypes.CDLL(str(out))
     so.og_table_new.argtypes = [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_char_p]
     so.og_table_new.restype = ctypes.c_void_p
