@@ -1,4 +1,5 @@
-"""The C table index (softswitch/native/og_table.c, og_table_index.c) against a brute-force reference.
+"""The C table index (softswitch/native/og_table.c and og_table_index.c) against a brute-force
+reference.
 
 The C files are compiled into a shared object and driven through ctypes. Entries and keys are random
 with fixed seeds; keys are mostly built to fall on an entry (its cared-for bits, a point of its
