@@ -190,6 +190,12 @@ def _child_spis(net: GatewayNetwork) -> set[str]:
     return {c["spi_out"] for sa in sas for c in sa["children"] if c["state"] == "INSTALLED"}
 
 
+def _new_spis(net: GatewayNetwork, old: set[str]) -> set[str]:
+    """The installed CHILD SAs' outbound SPIs when none of them is in `old` (else none)."""
+    spis = _child_spis(net)
+    return spis if not spis & old else set()
+
+
 def test_rekey_during_a_transfer_loses_nothing(vpn: GatewayNetwork) -> None:
     # Paced (1 MiB/s for 8 s), so that the switch's queues never overflow: a lost ping is then
     # the rekey's doing, not congestion's.
@@ -216,8 +222,7 @@ def test_rekey_during_a_transfer_loses_nothing(vpn: GatewayNetwork) -> None:
     # already sent on it may be lost, which is charon's business, not the gateway's.
     _rekey(vpn, "ipseca1", "site-b")
     middle = wait_for(
-        "site A's rekey done: new CHILD SAs, the old ones gone",
-        lambda: (spis := _child_spis(vpn)) and not spis & before and spis,
+        "site A's rekey done: new CHILD SAs, the old ones gone", lambda: _new_spis(vpn, before)
     )
     _rekey(vpn, "ipsecb1", "site-a")
     for thread in threads:
@@ -225,8 +230,7 @@ def test_rekey_during_a_transfer_loses_nothing(vpn: GatewayNetwork) -> None:
     assert " 0% packet loss" in results["ping"], results["ping"]
     assert results["fetch"] == digest
     after = wait_for(
-        "site B's rekey done: new CHILD SAs again",
-        lambda: (spis := _child_spis(vpn)) and not spis & (before | middle) and spis,
+        "site B's rekey done: new CHILD SAs again", lambda: _new_spis(vpn, before | middle)
     )
     assert after
     assert _tunnel(vpn, "npma")["tunnels"][0]["rekeys"] >= 1
