@@ -39,10 +39,11 @@
  *     half the buckets; the filter is then built again, as it is when the hash table resizes.
  *
  * Why.
- *   Lookups run on the data plane's threads, several at once, without the caller's lock; adds,
- *   removes and clears run under it. So everything a lookup reads (group order, best ranks, cached
- *   winners, interval indexes) is brought up to date eagerly by add and remove, and lookup writes
- *   nothing. Adds and removes cost O(log n) amortised (bucket insertion, heap sift, hash growth)
+ *   Lookups and changes never overlap: og_dp.c takes the data plane's lock for each frame and
+ *   for each add, remove or clear (so freeing a resized hash table or a rebuilt filter is safe).
+ *   Everything a lookup reads (group order, best ranks, cached winners, interval indexes,
+ *   filters) is brought up to date eagerly by add and remove, so that lookup writes nothing and
+ *   stays short. Adds and removes cost O(log n) amortised (bucket insertion, heap sift, hash growth)
  *   plus O(groups) to find the group and re-sort the group list, plus, in a bucket with an interval
  *   index, O(m) for its m entries (O(m log m) when the index is built again). An allocation
  *   failure while keeping an interval index drops the index (the bucket is then scanned, which is
