@@ -59,7 +59,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-@pytest.fixture(scope="session")
+# Package scope: the last topology is stopped once the package's tests are done, not at the end
+# of the whole run (two BMv2 NPMs hold about 8 GB, which the PTF suite's BMv2 then needs).
+@pytest.fixture(scope="package")
 def topologies() -> Iterator[Topologies]:
     skip_unless_root("the Mininet topology")
     skip_unless_tool("mnexec", "Mininet (Debian package mininet) runs the topology's hosts")
