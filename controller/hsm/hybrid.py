@@ -363,16 +363,14 @@ def _partitions(
     if not overflowed and take_census(terms).fits(_budgets(chain, limits)):
         return SpillPlan()
 
-    length = _shortest
-
     def wide(term: MatchTerm, f: int) -> bool:
-        return length(term, f) <= WIDE_PREFIX
+        return _shortest(term, f) <= WIDE_PREFIX
 
     both = [t for t in terms if wide(t, 0) and wide(t, 1)]
     rest = [t for t in terms if not (wide(t, 0) and wide(t, 1))]
     ways = {
         "by prefix class": [t.rule_id for t in rest if wide(t, 0)],
-        "by order": [t.rule_id for t in rest if length(t, 0) < length(t, 1)],
+        "by order": [t.rule_id for t in rest if _shortest(t, 0) < _shortest(t, 1)],
     }
     best: tuple[float, str, list[MatchTerm], frozenset[int], frozenset[int]] | None = None
     for way, second_ids in ways.items():

@@ -30,9 +30,9 @@
  *     order, stopping at the first entry whose ranges hold.
  *   - A lookup works out the next group's masked key and hash one group ahead and prefetches its
  *     slot, so that the probes of a miss across many groups overlap.
- *   - Where there is a pruning field (below), each group has a filter: a bitmap of OG_FILTER_BITS
- *     bits per slot, with a bit set for each of its buckets' masked values of that field (a
- *     multiplicative hash). A lookup skips a group whose bit for the key is clear without
+ *   - Where there is a pruning field (below), each group has a filter: a bitmap of
+ *     2^OG_FILTER_LOG2 bits per slot, with a bit set for each of its buckets' masked values of
+ *     that field (a multiplicative hash). A lookup skips a group whose bit for the key is clear without
  *     probing its hash table: an LPM table of many prefix lengths costs one bit test (a few
  *     cached bitmaps) per length that cannot match, not one probe of a large hash table. Bits
  *     of removed buckets stay set (a lookup then probes for nothing) until they are more than
@@ -67,7 +67,8 @@
 /* The bit of a masked value of the pruning field (the product's high bits: a prefix's masked
  * value has its low bits 0). */
 static inline uint64_t filter_bit(const og_group *g, uint64_t masked) {
-    return (masked * 0x9e3779b97f4a7c15ULL) >> g->fshift;
+    /* the filter has 2^(log2(capmask + 1) + OG_FILTER_LOG2) bits */
+    return (masked * 0x9e3779b97f4a7c15ULL) >> (__builtin_clzll(g->capmask) - OG_FILTER_LOG2);
 }
 
 static inline void filter_set(og_group *g, uint64_t masked) {
@@ -82,18 +83,16 @@ static inline int filter_may(const og_table *t, const og_group *g, const uint64_
     return (int)((g->filter[i >> 6] >> (i & 63)) & 1);
 }
 
-/* In place of g's filter (freed), one sized for a hash table of cap slots (a power of two),
- * with the bits of the buckets in `slots` (n slots); -1 when out of memory (g's is left as it
- * was). No filter where there is no pruning field. */
-static int filter_build(const og_table *t, og_group *g, const uint64_t *slots, uint64_t n,
-                        uint64_t cap) {
+/* In place of g's filter (freed), one sized for g's hash table as it is to be (capmask set: a
+ * resize sets it first), with the bits of the buckets in `slots` (n slots); -1 when out of memory
+ * (g's is left as it was). No filter where there is no pruning field. */
+static int filter_build(const og_table *t, og_group *g, const uint64_t *slots, uint64_t n) {
     if (t->pk < 0) return 0;
-    uint64_t bits = cap * OG_FILTER_BITS;
-    uint64_t *filter = calloc((size_t)(bits + 63) / 64, sizeof(uint64_t));
+    uint64_t words = ((g->capmask + 1) << OG_FILTER_LOG2) / 64; /* capmask + 1 >= 8 slots */
+    uint64_t *filter = calloc((size_t)words, sizeof(uint64_t));
     if (!filter) return -1;
     uint64_t *old = g->filter;
     g->filter = filter;
-    g->fshift = (uint32_t)(64 - __builtin_ctzll(bits));
     for (uint64_t i = 0; i < n; i++) {
         const uint64_t *s = slots + i * t->sstride;
         if (s[S_BUCKET]) filter_set(g, s[S_WORDS + t->pk]);
@@ -149,12 +148,13 @@ static int slots_resize(const og_table *t, og_group *g, uint64_t cap) {
     if (!slots) return -1;
     uint64_t *old = g->slots, oldcap = g->capmask + 1;
     /* the filter first: sized for the new capacity, with the bits of the buckets there are */
-    if (filter_build(t, g, old, oldcap, cap)) {
+    g->capmask = cap - 1;
+    if (filter_build(t, g, old, oldcap)) {
+        g->capmask = oldcap - 1;
         free(slots);
         return -1;
     }
     g->slots = slots;
-    g->capmask = cap - 1;
     for (uint64_t i = 0; i < oldcap; i++) {
         const uint64_t *s = old + i * ss;
         if (s[S_BUCKET])
@@ -270,7 +270,7 @@ static og_group *group_new(const og_table *t, const uint64_t *mv) {
     }
     g->capmask = OG_GROUP_CAP0 - 1;
     g->heapcap = OG_GROUP_CAP0 / 2;
-    if (filter_build(t, g, g->slots, 0, OG_GROUP_CAP0)) {
+    if (filter_build(t, g, g->slots, 0)) {
         free(g->slots);
         free(g->heap);
         free(g);
@@ -521,7 +521,7 @@ OG_TABLE_API int og_table_remove(og_table *t, void *value, const uint64_t *value
         } else if (g->filter && ++g->fstale > g->used / 2 + 8) {
             /* the filter keeps the bits of removed buckets (a lookup then probes for nothing):
              * built again from what is left once they are many (out of memory: kept as is) */
-            (void)filter_build(t, g, g->slots, cap, cap);
+            (void)filter_build(t, g, g->slots, cap);
         }
     } else {
         if (pos == 0) heap_down(g, b->heap_at);

@@ -28,7 +28,7 @@
 #define OG_GROUP_CAP0 8    /* slots of a new group */
 #define OG_PRUNE_GROUPS 8  /* tuple pruning with this many groups or more */
 #define OG_PRUNE_MAX 512   /* candidate groups a pruned lookup collects (more: every group) */
-#define OG_FILTER_BITS 8   /* bits of a group's filter per slot of its hash table */
+#define OG_FILTER_LOG2 3   /* a group's filter has 2^OG_FILTER_LOG2 bits per slot of its hash table */
 #define OG_HUGE (2u << 20) /* a huge page: slot tables this large or larger are aligned to it */
 
 /* An entry, in a bucket: E_WORDS + 2 * nranges words. */
@@ -63,9 +63,8 @@ typedef struct og_group {
     uint64_t *slots;    /* capmask + 1 slots of t->sstride words */
     uint64_t capmask;
     uint64_t used;      /* buckets, which is also the heap's size */
-    uint64_t *filter;   /* pruning field's filter, OG_FILTER_BITS per slot (NULL: none) */
-    uint32_t fshift;    /* 64 - log2 of the filter's bits */
-    uint32_t fstale;    /* buckets removed since the filter was last built */
+    uint64_t *filter;   /* pruning field's filter, sized for capmask + 1 slots (NULL: none) */
+    uint64_t fstale;    /* buckets removed since the filter was last built */
     og_bucket **heap;   /* max-heap of buckets by the rank of their first entry */
     uint64_t heapcap;
     uint32_t at;        /* position in t->order */

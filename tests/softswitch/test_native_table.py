@@ -353,12 +353,11 @@ def test_lpm_filters_through_removes_and_re_adds(make_native: MakeNative, seed: 
 
     native = make_native([LPM], [32])
     ref = Reference([LPM])
-    specs = {v: route() for v in range(1, 2001)}
-    for v, spec in specs.items():
+    every = {v: route() for v in range(1, 2001)}
+    for v, spec in every.items():
         assert native.add(v, spec) == 0
         ref.add(v, spec)
     assert check(shape, native, ref, 2000) > 1000
-    every = dict(specs)
     for _ in range(6):
         live = sorted(ref.live)
         for v in rng.sample(live, len(live) // 3):
