@@ -27,6 +27,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +58,17 @@ POLICIES = {
 }
 
 
-def policy_variants(text: str) -> dict[str, str]:
-    """The policies these benches compare, by their `--policies` key, made from `text`."""
-    return {
-        "routed": without_masquerade(text),
-        "ondemand": with_entries_on_demand(without_masquerade(text)),
-        "plain": without_inspection(without_masquerade(text)),
-        "npm": text,
-        "cpm": with_controller_nat(text),
+def policy_variants(text: str, keys: list[str]) -> dict[str, str]:
+    """The policies these benches compare, by their `--policies` key, made from `text`: only
+    `keys`' (a variant needs what it removes: `plain` a chain, all but `npm` a masquerade)."""
+    makers: dict[str, Callable[[str], str]] = {
+        "routed": without_masquerade,
+        "ondemand": lambda t: with_entries_on_demand(without_masquerade(t)),
+        "plain": lambda t: without_inspection(without_masquerade(t)),
+        "npm": lambda t: t,
+        "cpm": with_controller_nat,
     }
+    return {key: makers[key](text) for key in keys}
 
 
 def chosen_policies(parser: argparse.ArgumentParser, value: str) -> list[str]:
@@ -374,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     with GatewayNetwork(spec, root / "run" / "bench-flood", target=choice) as network:
         running = network.api("GET", "/api/v1/policy")
         path = str(spec.policy)
-        texts = policy_variants(running["text"])
+        texts = policy_variants(running["text"], chosen)
         try:
             for name, text in ((POLICIES[key], texts[key]) for key in chosen):
                 network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": text})

@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         path = str(spec.policy)
         base = measurement_policy(running["text"], args.udp_idle)
         _nft(network, f"nft -f - <<'EOF'\n{COUNTER_RULES}EOF")
-        texts = policy_variants(base)
+        texts = policy_variants(base, sorted({"routed", *chosen}))
         phase = 0
         for key in ["reference", *chosen]:
             name = REFERENCE if key == "reference" else POLICIES[key]

@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -162,3 +163,56 @@ def test_session_lookup_test_is_the_admission_and_ttl_tests_it_replaces() -> Non
             assert bool(lookup(m)) == bool(want), vars(m)
             checked += 1
     assert checked == 64 * len(roles)
+
+
+def _reachable(pipeline: dict[str, Any], session_hit: int | None) -> set[str]:
+    """The tables of a BMv2 JSON pipeline that a packet can reach: every branch of every
+    conditional, but only the branch a packet with `session_hit` takes of a test of that flag
+    alone (`== 0` or `== 1`; None: both branches)."""
+    tables = {t["name"]: t for t in pipeline["tables"]}
+    conditionals = {c["name"]: c for c in pipeline["conditionals"]}
+    seen: set[str] = set()
+    todo = [pipeline["init_table"]]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if node in tables:
+            todo.extend(tables[node]["next_tables"].values())
+            todo.append(tables[node].get("base_default_next"))
+            continue
+        cond = conditionals[node]
+        value = cond["expression"]["value"]
+        flag = (value.get("left") or {}).get("value") == ["scalars", "local_metadata_t.session_hit"]
+        if session_hit is not None and flag and value["op"] == "==":
+            taken = int(value["right"]["value"], 16) == session_hit
+            todo.append(cond["true_next"] if taken else cond["false_next"])
+        else:
+            todo.extend((cond["true_next"], cond["false_next"]))
+    return seen & set(tables)
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_a_packet_its_session_carries_skips_the_classifier(profile: str) -> None:
+    """v1model (OG_CLASSIFY_ON_MISS): the session is looked up first, and the classifier's tables
+    (Classify's, and Steering's, which read its class) are applied only to a packet without a
+    session: on a software target every table costs time, and a session's packet never reads
+    their results. The session table itself and the rest of the pipeline stay reachable."""
+    build = repo_root() / "p4src" / "build" / profile / "opengate.json"
+    ingress = next(p for p in json.loads(build.read_text())["pipelines"] if p["name"] == "ingress")
+    classifier = {
+        t["name"]
+        for t in ingress["tables"]
+        if re.fullmatch(
+            r"tbl_classify\w*|classifier_version|acl\w*|ids_\w*|\w+_segment|class_policy|spm_select",
+            t["name"],
+        )
+    }
+    expected = {"acl_naive", "ids_naive"} if profile else {"sa_segment", "acl6_verdict"}
+    assert {"class_policy", "spm_select", *expected} <= classifier
+    on_miss = _reachable(ingress, 0)
+    on_hit = _reachable(ingress, 1)
+    assert classifier <= on_miss
+    assert not classifier & on_hit, sorted(classifier & on_hit)
+    assert {"session", "routing", "flow_ageing"} <= on_hit

@@ -195,6 +195,15 @@ struct session_close_t {
              && ((meta).port_role == ROLE_OUTSIDE || (meta).port_role == ROLE_CPU \
                  || ((meta).port_role == ROLE_INSIDE && (meta).last_hop == 0)))))
 
+// Whether the classifier (Classify, and Steering's tables, which read its class) is applied:
+// where the shell defines OG_CLASSIFY_ON_MISS, only for a packet that no session carries (its
+// session was looked up first); elsewhere always, before the session lookup.
+#ifdef OG_CLASSIFY_ON_MISS
+#define og_classifier_needed(meta) ((meta).session_hit == 0)
+#else
+#define og_classifier_needed(meta) true
+#endif
+
 // A packet whose TTL runs out at the gateway, sent to it (a unicast frame) for a unicast address
 // (meta.last_hop, from its headers alone). Multicast and broadcast (TTL 1 is common there: SSDP,
 // IGMP) are never answered, and are dropped as before. Written as bit tests (TTL 0 or 1; not

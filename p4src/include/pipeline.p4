@@ -79,12 +79,25 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
                     meta.to_cpu = 1;
                     meta.cpu_reason = CPU_REASON_TTL_EXPIRED;
                 }
-                classify.apply(hdr, meta);
-                steering.apply(hdr, meta);
                 // Back from an SPM with NAT already done: the 5-tuple is post-NAT; just route.
+                // (Tofino classifies first, in stages beside the session lookup; a software
+                // target looks the session up first and classifies only a miss:
+                // og_classifier_needed.)
+#ifdef OG_CLASSIFY_ON_MISS
                 if (og_session_lookup(meta)) {
                     session.apply(hdr, meta);
                 }
+                if (og_classifier_needed(meta)) {
+                    classify.apply(hdr, meta);
+                }
+                steering.apply(hdr, meta);
+#else
+                classify.apply(hdr, meta);
+                steering.apply(hdr, meta);
+                if (og_session_lookup(meta)) {
+                    session.apply(hdr, meta);
+                }
+#endif
 #ifdef OG_ICMP_RELATED
                 // An ICMP error its flow's session admits goes straight to the flow's end,
                 // translated now if the flow is (RFC 5508), never to an SPM.

@@ -81,6 +81,10 @@
 // others that could take their stage, chiefly the session table, which spreads over stages.
 #define OG_PLACE_EARLY @placement_priority(1)
 
+// The classifier is applied to every packet, in the stages beside the session lookup (a session
+// hit costs no time here, and a test of the hit would put the classifier stages after it).
+#undef OG_CLASSIFY_ON_MISS
+
 // Parser hooks. ipv4_checksum verifies the IPv4 header (options included). l4_checksum and
 // icmp_checksum leave in meta.l4_residual the checksum of everything NAT does not change, so that
 // the deparser recomputes the L4 checksum from the residual and the (possibly rewritten) fields.

@@ -43,6 +43,12 @@
 // A placement hint for Tofino's table placement: nothing to do on v1model.
 #define OG_PLACE_EARLY
 
+// Look the session up before classifying, and classify (and steer) only a packet that no
+// session carries (OgIngress): a software target pays for each table it applies, and the
+// classifier is most of the pipeline's tables (nearly 40 in the hybrid), whose results a
+// session's packet never reads. Tofino applies them side by side in its stages instead.
+#define OG_CLASSIFY_ON_MISS
+
 // Parser hooks: nothing to do, the shell's verify_checksum/update_checksum see whole headers.
 #define OG_PARSER_DECLS
 #define OG_PARSER_IPV4(hdr, meta)

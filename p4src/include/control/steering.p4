@@ -66,9 +66,11 @@ control Steering(inout headers_t hdr, inout local_metadata_t meta) {
         meta.flow_addr_sum = hdr.ipv4.src_addr + hdr.ipv4.dst_addr;
         meta.flow_port_sum = meta.l4_sport + meta.l4_dport;
 #endif
-        class_policy.apply();
-        if (meta.needs_inspection == 1) {
-            spm_select.apply();
+        if (og_classifier_needed(meta)) {
+            class_policy.apply();
+            if (meta.needs_inspection == 1) {
+                spm_select.apply();
+            }
         }
     }
 }
