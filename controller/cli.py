@@ -332,6 +332,8 @@ def _status(args: argparse.Namespace) -> int:
             f"sessions: {s['active']} active, {s['installed']} installed, {s['removed']} removed, "
             f"{s['duplicates']} duplicate requests, {s['failed']} failed"
         )
+        if s.get("rematch_pending"):
+            print(f"  {s['rematch_pending']} open sessions still being held to the applied policy")
         _table(
             [
                 [
@@ -562,6 +564,11 @@ def _policy_apply(args: argparse.Namespace) -> int:
         if changed:
             counts = ", ".join(f"{n} {outcome}" for outcome, n in changed.items())
             print(f"  open sessions held to it: {counts}")
+        if data.get("rematch_pending"):
+            print(
+                f"  {data['rematch_pending']} more open sessions are being held to it "
+                "(`opengate status` says how many are left)"
+            )
 
     return _client_command(args, run)
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from controller.hsm.compile import CompiledTables
@@ -121,6 +121,21 @@ def rematch(
     """The sessions that the new policy (with how it classifies) treats otherwise than the old
     one did, and how (nothing is changed here). `changed`: how the changed rules are found
     (changed_rules by default)."""
+    judged = judge(sessions, old, new, live_members, choose, changed)
+    return [change for change in judged if change is not None]
+
+
+def judge(
+    sessions: Iterable[Session],
+    old: tuple[Policy, Classify],
+    new: tuple[Policy, Classify],
+    live_members: LiveMembers,
+    choose: Choose,
+    changed: Callable[[Policy, Policy], list[AclRule | IdsRule] | None] | None = None,
+) -> Iterator[Change | None]:
+    """rematch, one session at a time: for each session taken from `sessions`, its Change or
+    None (it stays as it is), so that a caller can stop between two sessions and go on later.
+    Nothing at all when nothing a session depends on changed (the same tables and chains)."""
     (old_policy, old_classify), (policy, classify) = old, new
     # Whether anything but the rules changed: the default verdict, the classes' chains.
     same_default = old_policy.acl_default == policy.acl_default
@@ -132,14 +147,14 @@ def rematch(
     # the rest can have changed; if it did not, nothing did.
     same_tables = old_classify is classify
     if same_tables and unchanged_rest:
-        return []
+        return
     # A packet that no added, removed or moved rule matches keeps its first match (the rules it
     # matches keep their order), so its verdict and class are the old ones.
     delta = None if same_tables else (changed or changed_rules)(old_policy, policy)
-    changes: list[Change] = []
-    for session in sessions:
+
+    def one(session: Session) -> Change | None:
         if session.state == BLOCKED:
-            continue
+            return None
         src, dst, proto, sport, dport = session.key
         packet = Packet(src, dst, sport, dport, proto)
         if same_tables:
@@ -153,7 +168,7 @@ def rematch(
         else:
             untouched = delta is not None and not any(rule.matches(packet) for rule in delta)
             if untouched and unchanged_rest:
-                continue
+                return None
             after = classify(packet)
             before = after if untouched else old_classify(packet)
             denied = (
@@ -162,19 +177,18 @@ def rematch(
             )
             class_before, class_after = before.ids_class, after.ids_class
         if denied:
-            changes.append(Change(session, "denied", session.class_id, 0, 0, block=True))
-            continue
+            return Change(session, "denied", session.class_id, 0, 0, block=True)
         if session.state == BYPASSED:
-            continue
+            return None
         if (class_before, _chain(old_policy, class_before)) == (
             class_after,
             _chain(policy, class_after),
         ):
-            continue
-        change = _steering(session, policy, class_after, live_members, choose)
-        if change is not None:
-            changes.append(change)
-    return changes
+            return None
+        return _steering(session, policy, class_after, live_members, choose)
+
+    for session in sessions:
+        yield one(session)
 
 
 def changed_rules(old: Policy, new: Policy) -> list[AclRule | IdsRule] | None:
@@ -265,6 +279,70 @@ def _steering(
     return Change(session, outcome, class_id, target[0], target[1], block=False)
 
 
+class HoldJob:
+    """One hold of sessions to an applied policy, in progress: `step` judges the next sessions
+    and changes those the policy changed; a later step goes on where the last one stopped. The
+    sessions are the ones open at the apply; `alive` says whether one still is (one that ended
+    since is skipped)."""
+
+    def __init__(
+        self,
+        hold: PolicyHold,
+        sessions: Sequence[Session],
+        old: tuple[Policy, Classify],
+        new: tuple[Policy, Classify],
+        alive: Callable[[Session], bool],
+    ) -> None:
+        self.hold = hold
+        self.total = len(sessions)
+        self.examined = 0
+        self.outcome = dict.fromkeys(OUTCOMES, 0)
+        self.done = False
+        self._sessions = sessions
+        self._alive = alive
+
+        def live(pool: str) -> set[tuple[int, int]]:
+            return {(spec.port, spec.mac) for spec, _ in hold.spms.live_members(pool)}
+
+        self._judged = judge(
+            self._stream(), old, new, live, hold.spms.choose, hold.changed_rules_of
+        )
+
+    @property
+    def remaining(self) -> int:
+        return 0 if self.done else self.total - self.examined
+
+    def _stream(self) -> Iterator[Session]:
+        for session in self._sessions:
+            self.examined += 1
+            if self._alive(session):
+                yield session
+
+    def step(self, sessions: int | None = None, deadline: float | None = None) -> list[Session]:
+        """Judge about `sessions` more sessions, or until time.perf_counter() passes `deadline`
+        (None and None: all the rest); change those the policy changed (in memory: the caller
+        writes their entries) and return them."""
+        changed: list[Session] = []
+        stop_at = None if sessions is None else self.examined + sessions
+        for change in self._judged:
+            if change is not None:
+                session = change.session
+                if change.block:
+                    session.state = BLOCKED
+                else:
+                    session.class_id = change.class_id
+                    session.spm_port, session.spm_mac = change.spm_port, change.spm_mac
+                self.outcome[change.outcome] += 1
+                self.hold.counts[change.outcome] += 1
+                changed.append(session)
+            if (stop_at is not None and self.examined >= stop_at) or (
+                deadline is not None and time.perf_counter() >= deadline
+            ):
+                return changed
+        self.done = True
+        return changed
+
+
 class PolicyHold:
     """Holds sessions to the policies applied (changing them in memory; the caller writes the
     entries), counts the outcomes into `counts`, and remembers the last apply, so that sessions
@@ -279,14 +357,15 @@ class PolicyHold:
 
     def applied(
         self,
-        sessions: Iterable[Session],
+        sessions: Sequence[Session],
         old: tuple[Policy, Classify],
         new: tuple[Policy, Classify],
-    ) -> tuple[dict[str, int], list[Session]]:
-        """`new` was applied after `old`: hold `sessions` to it. How many went each way, and the
-        changed sessions."""
+        alive: Callable[[Session], bool] = lambda session: True,
+    ) -> HoldJob:
+        """`new` was applied after `old`: the hold of `sessions` to it, to be stepped through
+        (HoldJob.step)."""
         self._last = (old, new, time.perf_counter() + APPLY_SETTLE)
-        return self._hold(sessions, old, new)
+        return HoldJob(self, sessions, old, new, alive)
 
     def settling(self, received_at: float) -> bool:
         """Whether a report received then (time.perf_counter()) may carry a verdict of the
@@ -294,35 +373,14 @@ class PolicyHold:
         return self._last is not None and received_at <= self._last[2]
 
     def again(self, sessions: Sequence[Session]) -> tuple[dict[str, int], list[Session]]:
-        """Hold new sessions to the last apply."""
+        """Hold new sessions to the last apply, all at once."""
         if self._last is None or not sessions:
             return dict.fromkeys(OUTCOMES, 0), []
-        return self._hold(sessions, self._last[0], self._last[1])
+        job = HoldJob(self, sessions, self._last[0], self._last[1], lambda session: True)
+        changed = job.step()
+        return job.outcome, changed
 
-    def _changed_rules(self, old: Policy, new: Policy) -> list[AclRule | IdsRule] | None:
+    def changed_rules_of(self, old: Policy, new: Policy) -> list[AclRule | IdsRule] | None:
         if self._delta is None or self._delta[0] is not old or self._delta[1] is not new:
             self._delta = (old, new, changed_rules(old, new))
         return self._delta[2]
-
-    def _hold(
-        self,
-        sessions: Iterable[Session],
-        old: tuple[Policy, Classify],
-        new: tuple[Policy, Classify],
-    ) -> tuple[dict[str, int], list[Session]]:
-        def live(pool: str) -> set[tuple[int, int]]:
-            return {(spec.port, spec.mac) for spec, _ in self.spms.live_members(pool)}
-
-        outcome = dict.fromkeys(OUTCOMES, 0)
-        changed: list[Session] = []
-        for change in rematch(sessions, old, new, live, self.spms.choose, self._changed_rules):
-            session = change.session
-            if change.block:
-                session.state = BLOCKED
-            else:
-                session.class_id = change.class_id
-                session.spm_port, session.spm_mac = change.spm_port, change.spm_mac
-            outcome[change.outcome] += 1
-            self.counts[change.outcome] += 1
-            changed.append(session)
-        return outcome, changed

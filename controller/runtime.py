@@ -221,6 +221,9 @@ class Controller:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=5)
+        if self.sessions is not None and self.sessions.rematch_pending:
+            # an apply's hold still in turns: finished before the switches are let go
+            self.bus.call(self.sessions.finish_rematch, timeout=120.0)
         self.bus.stop()
         for conn in self.npms.values():
             conn.close()
@@ -608,7 +611,13 @@ class Controller:
         version = self._record_policy(new, event.source)
         self.bus.publish(ev.PolicyApplied(version, new.sha256, new.summary()))
         LOG.info("policy version %d applied: %s", version, results)
-        return {"version": version, "sha256": new.sha256, "npms": results, "rematched": rematched}
+        return {
+            "version": version,
+            "sha256": new.sha256,
+            "npms": results,
+            "rematched": rematched,  # in the first turn (status: sessions.rematch_pending)
+            "rematch_pending": self.sessions.rematch_pending,
+        }
 
     def diff_policy(self, new: Policy) -> dict[str, Any]:
         """What applying `new` would write (dispatcher thread: call through bus.call)."""
@@ -855,6 +864,8 @@ class Controller:
                 "promoted": stats.promoted,
                 "slot_aged": stats.slot_aged,
                 "rematched": dict(stats.rematched),  # by policy applies (controller.rematch)
+                "rematch_pending": self.sessions.rematch_pending,  # left to the next turns
+                "rematch_turns": stats.rematch_turns,
             },
             # what the gateway answered itself (controller.gateway_icmp)
             "icmp": {

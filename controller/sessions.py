@@ -38,12 +38,12 @@ from typing import Any
 from finsy.proto import p4r, rpc_code
 
 from controller.db import Database, DbWriter
-from controller.events import Event, SessionsInstalled, SessionsRemoved
+from controller.events import Call, Event, SessionsInstalled, SessionsRemoved
 from controller.gateway_icmp import GatewayIcmp
 from controller.metrics import Metrics
 from controller.npm import NpmConnection, WriteResult
 from controller.policy import Policy
-from controller.rematch import OUTCOMES, Classify, PolicyHold
+from controller.rematch import OUTCOMES, Classify, HoldJob, PolicyHold
 from controller.session_close import Close, SessionCloses, close_reason
 from controller.session_encoding import FlowKey, SessionEncoder, SessionUpdate
 from controller.session_model import (
@@ -71,6 +71,12 @@ GONE = frozenset({rpc_code.NOT_FOUND})  # a delete's expected failure: the entry
 # slot-only session not reported for that + its idle timeout has aged out of its slot; this much
 # more covers the digest's way to the CPM and the tick.
 SLOT_GRACE_SECONDS = 2.0
+# Holding open sessions to an applied policy (controller.rematch) runs on the dispatcher in
+# turns of at most this many sessions and about this long (the first turn also builds the
+# tables' indexes); the rest waits behind the events queued meanwhile, so digests, packet-ins
+# and the API's views are served between two turns.
+REMATCH_TURN_SESSIONS = 2048
+REMATCH_TURN_SECONDS = 0.02
 
 
 @dataclass(slots=True)
@@ -114,6 +120,7 @@ class SessionStats:
     slot_aged: int = 0  # ...removed, not reported again: aged out of their slot
     # sessions a policy apply changed (controller.rematch), by outcome, since the start
     rematched: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+    rematch_turns: int = 0  # turns on the dispatcher that held sessions to applied policies
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_LATENCIES))
 
 
@@ -157,6 +164,7 @@ class SessionManager:
         self._slots: dict[float, OrderedDict[int, Session]] = {}
         # Sessions held to applied policies (and the last apply's settling time).
         self.hold = PolicyHold(spms, self.stats.rematched)
+        self._holding: HoldJob | None = None  # the last apply's hold, while sessions remain
 
     def encoder(self, npm: str) -> SessionEncoder:
         encoder = self._encoders.get(npm)
@@ -824,16 +832,50 @@ class SessionManager:
         new: tuple[Policy, Classify],
         npm: str | None = None,
     ) -> dict[str, int]:
-        """Every session (of `npm`, or of every NPM) against the policy just applied, `new` (as
+        """Hold every session (of `npm`, or of every NPM) to the policy just applied, `new` (as
         `self.policy`), after `old` (controller.rematch.PolicyHold): the changed ones are
-        rewritten. Returns how many sessions went each way."""
+        rewritten. Returns how many sessions went each way so far: with an event bus, a first
+        turn runs now and the rest in turns between other events (`rematch_pending` says how
+        many sessions are left); without one, all of it runs now. A hold still in progress from
+        an earlier apply is finished first."""
+        self.finish_rematch()
         sessions = [s for s in self.sessions.values() if npm is None or s.npm == npm]
-        outcome, changed = self.hold.applied(sessions, old, new)
+        job = self.hold.applied(sessions, old, new, alive=self._still_open)
+        self._holding = job
+        self._rematch_turn(job)
+        return dict(job.outcome)
+
+    @property
+    def rematch_pending(self) -> int:
+        """Sessions the last apply's hold has still to judge."""
+        return 0 if self._holding is None else self._holding.remaining
+
+    def finish_rematch(self) -> None:
+        """Judge what the last apply's hold has left, now."""
+        job = self._holding
+        if job is not None:
+            self._rematch_turn(job, to_the_end=True)
+
+    def _still_open(self, session: Session) -> bool:
+        return self.sessions.get(session.id) is session
+
+    def _rematch_turn(self, job: HoldJob, to_the_end: bool = False) -> None:
+        if job is not self._holding:
+            return  # finished by a later apply
+        if to_the_end or self.publish is None:
+            changed = job.step()
+        else:
+            changed = job.step(REMATCH_TURN_SESSIONS, time.perf_counter() + REMATCH_TURN_SECONDS)
+        self.stats.rematch_turns += 1
         self._blocked_now(changed)
         if changed:
             self.rewrite(changed, "policy rematch")
-            LOG.info("policy applied: sessions rematched: %s", outcome)
-        return outcome
+        if job.done:
+            self._holding = None
+            if any(job.outcome.values()):
+                LOG.info("policy applied: sessions rematched: %s", job.outcome)
+        elif self.publish is not None:
+            self.publish(Call(lambda: self._rematch_turn(job)))
 
     def _blocked_now(self, sessions: Iterable[Session]) -> None:
         for session in sessions:

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from controller import events as ev
 from controller import rematch as rematch_module
+from controller import sessions as sessions_module
 from controller.classifier import acl_rules, ids_rules
 from controller.hsm.linear import Classification
 from controller.hsm.tables import compile_tables
@@ -391,3 +393,138 @@ def test_checking_sessions_against_the_changed_rules_decides_as_classifying_them
         monkeypatch.undo()
         assert filtered == brute, (trial, lines, edited)
         assert rematch_module.changed_rules(old, new) is not None
+
+
+class _Spms:
+    """What PolicyHold asks of the SPM pool: every SPM of `live` up, a moved flow to the first."""
+
+    def __init__(self, policy: Policy, live: set[tuple[int, int]]) -> None:
+        self.specs = {(s.port, s.mac): s for s in policy.spms}
+        self.policy, self.live = policy, live
+
+    def live_members(self, pool: str) -> list[tuple[SpmSpec, object]]:
+        names = self.policy.pool(pool).spms
+        return [(self.specs[m], None) for m in sorted(self.live) if self.specs[m].name in names]
+
+    def choose(self, pool: str, flow: FlowKey) -> SpmSpec | None:
+        del flow
+        members = self.live_members(pool)
+        return members[0][0] if members else None
+
+
+@pytest.mark.parametrize("turn", [1, 3, 7, 1000])
+def test_a_hold_in_turns_changes_what_one_pass_does_and_skips_sessions_that_ended(
+    lab: Path, turn: int
+) -> None:
+    """A HoldJob stepped `turn` sessions at a time changes the same sessions the same way as
+    rematch() in one pass (the reference), except those that ended between two turns."""
+    old = load_policy(lab)
+    changed_policy(lab)
+    new = load_policy(lab)
+    rng = random.Random(turn)
+    live = {(3, SPM1_MAC)}
+
+    def make() -> list[Session]:
+        rng.seed(turn)
+        return [
+            session(
+                key(
+                    H1,
+                    OUT1,
+                    rng.choice([pc.IP_PROTO_TCP, pc.IP_PROTO_UDP]),
+                    41000 + n,
+                    rng.choice([25, 53, 80, 5201]),
+                ),
+                rng.choice([0, 1, 2, 3]),
+                rng.choice([(0, 0), (3, SPM1_MAC), (4, SPM2_MAC)]),
+            )
+            for n in range(60)
+        ]
+
+    reference = outcomes(old, new, make(), live)
+    assert len(reference) > 10  # the policy change touches many of them
+    sessions = make()
+    ended: set[int] = set()
+    counts = dict.fromkeys(OUTCOMES, 0)
+    hold = rematch_module.PolicyHold(_Spms(new, live), counts)  # type: ignore[arg-type]
+    job = hold.applied(
+        sessions,
+        (old, classifier(old, None)),
+        (new, classifier(new, None)),
+        alive=lambda s: s.id not in ended,
+    )
+    changed: dict[int, tuple[str, int, int, bool]] = {}
+    turns = 0
+    while not job.done:
+        before = job.examined
+        for s in job.step(turn):
+            changed[s.id] = (s.state, s.class_id, s.spm_port, s.state == BLOCKED)
+        turns += 1
+        assert job.examined - before <= turn + len(ended)  # ended ones are passed over
+        assert job.remaining == (0 if job.done else len(sessions) - job.examined)
+        # a session not judged yet ends: it must be left alone
+        waiting = [s.id for s in sessions[job.examined :] if s.id not in ended]
+        if waiting and turns % 2 == 0:
+            ended.add(waiting[0])
+    assert turns >= (len(sessions) - len(ended)) // turn
+    expected = {k: v for k, v in reference.items() if k not in ended}
+    assert set(changed) == set(expected)
+    for sid, (outcome, class_id, spm_port, block) in expected.items():
+        # a block changes only the state (the entries keep their SPM, and drop)
+        want = (changed[sid][1], changed[sid][2], True) if block else (class_id, spm_port, False)
+        assert changed[sid][1:] == want, (sid, outcome)
+    assert sum(job.outcome.values()) == len(expected) == sum(counts.values())
+
+
+def test_a_large_hold_runs_in_turns_between_other_events(
+    switch: SwitchDouble,
+    make_controller: ControllerFactory,
+    lab: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An apply that changes many open sessions judges them in turns on the dispatcher (here
+    10 sessions a turn): the apply answers after the first turn with what is left, an event
+    queued behind the apply is served after the second turn, and the turns go on until every
+    session is held to the new policy (all blocked here: the new ACL denies SMTP)."""
+    monkeypatch.setattr(sessions_module, "REMATCH_TURN_SESSIONS", 10)
+    monkeypatch.setattr(sessions_module, "REMATCH_TURN_SECONDS", 60.0)
+    controller = make_controller(switch)
+    flows = [key(H1, OUT1, pc.IP_PROTO_TCP, 42000 + n, 25) for n in range(50)]
+    switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(f) for f in flows])
+    wait_until(
+        "100 session entries and 50 database rows",
+        lambda: len(session_entries(switch)) == 100 and len(db_sessions(controller)) == 50,
+    )
+    changed_policy(lab)
+    event = ev.PolicyApplyRequested(load_policy(lab), "test")
+    (result,) = controller.bus.publish(event).result(timeout=30)
+    # behind the apply: its second turn, then this look
+    manager = controller.sessions
+    assert manager is not None
+    pending = controller.bus.call(lambda: manager.rematch_pending)
+
+    assert result["rematched"] == {**dict.fromkeys(OUTCOMES, 0), "denied": 10}, result
+    assert result["rematch_pending"] == 40
+    assert pending == 30
+    wait_until(
+        "every session blocked, in the database and on the switch",
+        lambda: (
+            controller.status()["sessions"]["rematch_pending"] == 0
+            and {r["state"] for r in db_sessions(controller)} == {BLOCKED}
+            and sorted(session_entries(switch), key=str)
+            == sorted(
+                [
+                    e
+                    for f in flows
+                    for e in (
+                        expected_entry(controller, f, 30.0, True),
+                        expected_entry(controller, reverse(f), 30.0, True),
+                    )
+                ],
+                key=str,
+            )
+        ),
+    )
+    status = controller.status()["sessions"]
+    assert status["rematched"]["denied"] == 50
+    assert status["rematch_turns"] >= 5
