@@ -110,7 +110,8 @@ def timed(
     turns, longest = 0, 0.0
     while not job.done:
         turn = time.perf_counter()
-        job.step(REMATCH_TURN_SESSIONS, turn + REMATCH_TURN_SECONDS)
+        # the first turn, in the apply, is bounded by sessions alone (controller.sessions)
+        job.step(REMATCH_TURN_SESSIONS, None if turns == 0 else turn + REMATCH_TURN_SECONDS)
         turns += 1
         longest = max(longest, time.perf_counter() - turn)
     return time.perf_counter() - started, sum(counts.values()), turns, longest
