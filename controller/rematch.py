@@ -51,6 +51,8 @@ Classify = Callable[[Packet], Classification]
 Choose = Callable[[str, FlowKey], SpmSpec | None]
 # pool name -> the (port, MAC) of each of its SPMs that is up
 LiveMembers = Callable[[str], set[tuple[int, int]]]
+# old policy, new policy -> the rules added, removed or moved (None: too many to filter by)
+ChangedRules = Callable[[Policy, Policy], list[AclRule | IdsRule] | None]
 
 # A rule's P4 action (what classification gives) -> its verdict.
 ACTIONS = {action.p4_action: action for action in AclAction}
@@ -116,13 +118,12 @@ def rematch(
     new: tuple[Policy, Classify],
     live_members: LiveMembers,
     choose: Choose,
-    changed: Callable[[Policy, Policy], list[AclRule | IdsRule] | None] | None = None,
+    changed: ChangedRules | None = None,
 ) -> list[Change]:
     """The sessions that the new policy (with how it classifies) treats otherwise than the old
     one did, and how (nothing is changed here). `changed`: how the changed rules are found
-    (changed_rules by default)."""
-    judged = judge(sessions, old, new, live_members, choose, changed)
-    return [change for change in judged if change is not None]
+    (changed_rules by default). All at once: judge() gives them one session at a time."""
+    return [c for c in judge(sessions, old, new, live_members, choose, changed) if c is not None]
 
 
 def judge(
@@ -131,11 +132,11 @@ def judge(
     new: tuple[Policy, Classify],
     live_members: LiveMembers,
     choose: Choose,
-    changed: Callable[[Policy, Policy], list[AclRule | IdsRule] | None] | None = None,
+    changed: ChangedRules | None = None,
 ) -> Iterator[Change | None]:
-    """rematch, one session at a time: for each session taken from `sessions`, its Change or
-    None (it stays as it is), so that a caller can stop between two sessions and go on later.
-    Nothing at all when nothing a session depends on changed (the same tables and chains)."""
+    """For each session taken from `sessions`, its Change or None (it stays as it is), so that
+    a caller can stop between two sessions and go on later (HoldJob). Nothing at all when
+    nothing a session depends on changed (the same tables and chains)."""
     (old_policy, old_classify), (policy, classify) = old, new
     # Whether anything but the rules changed: the default verdict, the classes' chains.
     same_default = old_policy.acl_default == policy.acl_default
