@@ -7,7 +7,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import random
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -497,12 +499,18 @@ def test_a_large_hold_runs_in_turns_between_other_events(
         lambda: len(session_entries(switch)) == 100 and len(db_sessions(controller)) == 50,
     )
     changed_policy(lab)
-    event = ev.PolicyApplyRequested(load_policy(lab), "test")
-    (result,) = controller.bus.publish(event).result(timeout=30)
-    # behind the apply: its second turn, then this look
     manager = controller.sessions
     assert manager is not None
-    pending = controller.bus.call(lambda: manager.rematch_pending)
+    event = ev.PolicyApplyRequested(load_policy(lab), "test")
+
+    def apply_then_look() -> tuple[dict[str, Any], Future[tuple[Any, ...]]]:
+        # on the dispatcher: the apply (whose first turn queues the second), then a look
+        # queued right behind it, before any later turn can be
+        result = controller._on_policy_apply(event)
+        return result, controller.bus.publish(ev.Call(lambda: manager.rematch_pending))
+
+    result, look = controller.bus.call(apply_then_look)
+    (pending,) = look.result(timeout=30)
 
     assert result["rematched"] == {**dict.fromkeys(OUTCOMES, 0), "denied": 10}, result
     assert result["rematch_pending"] == 40
