@@ -32,7 +32,6 @@ from controller.policy import Policy, SpmSpec, load_policy
 from controller.rematch import OUTCOMES, Classify, PolicyHold, classifier
 from controller.session_encoding import FlowKey
 from controller.session_model import Session
-from controller.sessions import REMATCH_TURN_SECONDS, REMATCH_TURN_SESSIONS
 from opengate import p4constants as pc
 from opengate.target import repo_root, shared_data_dir
 from topo.model import without_inspection
@@ -100,9 +99,8 @@ class _Pool:
 def timed(
     sessions: list[Session], old: tuple[Policy, Classify], new: tuple[Policy, Classify]
 ) -> tuple[float, int, int, float]:
-    """The hold of `sessions` in the dispatcher's turns (controller.sessions'
-    REMATCH_TURN_SESSIONS and REMATCH_TURN_SECONDS): its time in all, the sessions changed, the
-    turns, and the longest turn."""
+    """The hold of `sessions` in the dispatcher's turns (HoldJob.turn): its time in all, the
+    sessions changed, the turns, and the longest turn."""
     counts = dict.fromkeys(OUTCOMES, 0)
     hold = PolicyHold(_Pool(new[0]), counts)  # type: ignore[arg-type]
     started = time.perf_counter()
@@ -110,8 +108,7 @@ def timed(
     turns, longest = 0, 0.0
     while not job.done:
         turn = time.perf_counter()
-        # the first turn, in the apply, is bounded by sessions alone (controller.sessions)
-        job.step(REMATCH_TURN_SESSIONS, None if turns == 0 else turn + REMATCH_TURN_SECONDS)
+        job.turn(first=turns == 0)
         turns += 1
         longest = max(longest, time.perf_counter() - turn)
     return time.perf_counter() - started, sum(counts.values()), turns, longest
@@ -131,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         "session | turns on the dispatcher | longest turn, ms |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
+    many, few = (args.sessions, 1), (args.linear, 2)  # (sessions, seed)
     for name, path, text in policies():
         old = load_policy(path, text)
         denied = load_policy(path, text.replace(LAN_OUT, DENY + LAN_OUT))
@@ -139,20 +137,19 @@ def main(argv: list[str] | None = None) -> int:
         before, after = walker(old, 0), walker(denied, 1)
         linear_old, linear_new = classifier(old, None), classifier(denied, None)
         cases = [
-            ("rules (a deny added)", args.sessions, (old, before), (denied, after)),
-            ("a class's chain", args.sessions, (old, before), (plain, before)),
-            ("a timer", args.sessions, (old, before), (timer, before)),
+            ("rules (a deny added)", many, (old, before), (denied, after)),
+            ("a class's chain", many, (old, before), (plain, before)),
+            ("a timer", many, (old, before), (timer, before)),
             (
                 "rules (a deny added), no tables: linear search",
-                -args.linear,
+                few,
                 (old, linear_old),
                 (denied, linear_new),
             ),
         ]
         rules = f"{len(old.acl_rules):,} / {len(old.ids_rules):,}"
-        for what, count, before_policy, after_policy in cases:
-            # fresh sessions for each case (a hold changes them); the linear case's are others
-            items = sessions(count) if count > 0 else sessions(-count, seed=2)
+        for what, (count, seed), before_policy, after_policy in cases:
+            items = sessions(count, seed)  # fresh for each case: a hold changes them
             seconds, changed, turns, longest = timed(items, before_policy, after_policy)
             per = seconds / len(items) * 1e6
             table.append(

@@ -63,6 +63,14 @@ APPLY_SETTLE = 0.5
 # More changed rules than this: each session is classified rather than checked against them.
 DELTA_LIMIT = 256
 OUTCOMES = ("denied", "reclassified", "resteered", "inspected", "uninspected", "no_spm_blocked")
+# A hold of open sessions to an applied policy runs on the CPM's dispatcher in turns of at most
+# this many sessions and, after the first, about this long (HoldJob.turn); the rest waits behind
+# the events queued meanwhile, so digests, packet-ins and the API's views are served between two
+# turns. The first turn (in the apply itself) is bounded by sessions alone: it also builds the
+# tables' indexes, and an apply's answer is whole for up to that many sessions, however busy the
+# machine.
+TURN_SESSIONS = 2048
+TURN_SECONDS = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,20 +120,6 @@ def acl_verdict(policy: Policy, result: Classification) -> AclAction:
     return ACTIONS[result.acl_action or ""]
 
 
-def rematch(
-    sessions: Iterable[Session],
-    old: tuple[Policy, Classify],
-    new: tuple[Policy, Classify],
-    live_members: LiveMembers,
-    choose: Choose,
-    changed: ChangedRules | None = None,
-) -> list[Change]:
-    """The sessions that the new policy (with how it classifies) treats otherwise than the old
-    one did, and how (nothing is changed here). `changed`: how the changed rules are found
-    (changed_rules by default). All at once: judge() gives them one session at a time."""
-    return [c for c in judge(sessions, old, new, live_members, choose, changed) if c is not None]
-
-
 def judge(
     sessions: Iterable[Session],
     old: tuple[Policy, Classify],
@@ -134,9 +128,12 @@ def judge(
     choose: Choose,
     changed: ChangedRules | None = None,
 ) -> Iterator[Change | None]:
-    """For each session taken from `sessions`, its Change or None (it stays as it is), so that
-    a caller can stop between two sessions and go on later (HoldJob). Nothing at all when
-    nothing a session depends on changed (the same tables and chains)."""
+    """The sessions that the new policy (with how it classifies) treats otherwise than the old
+    one did, and how (nothing is changed here): for each session taken from `sessions`, its
+    Change or None (it stays as it is), so that a caller can stop between two sessions and go
+    on later (HoldJob). Nothing at all when nothing a session depends on changed (the same
+    tables and chains). `changed`: how the changed rules are found (changed_rules by
+    default)."""
     (old_policy, old_classify), (policy, classify) = old, new
     # Whether anything but the rules changed: the default verdict, the classes' chains.
     same_default = old_policy.acl_default == policy.acl_default
@@ -284,7 +281,7 @@ class HoldJob:
     """One hold of sessions to an applied policy, in progress: `step` judges the next sessions
     and changes those the policy changed; a later step goes on where the last one stopped. The
     sessions are the ones open at the apply; `alive` says whether one still is (one that ended
-    since is skipped)."""
+    since is skipped; None: all are)."""
 
     def __init__(
         self,
@@ -292,10 +289,9 @@ class HoldJob:
         sessions: Sequence[Session],
         old: tuple[Policy, Classify],
         new: tuple[Policy, Classify],
-        alive: Callable[[Session], bool],
+        alive: Callable[[Session], bool] | None = None,
     ) -> None:
         self.hold = hold
-        self.total = len(sessions)
         self.examined = 0
         self.outcome = dict.fromkeys(OUTCOMES, 0)
         self.done = False
@@ -311,13 +307,17 @@ class HoldJob:
 
     @property
     def remaining(self) -> int:
-        return 0 if self.done else self.total - self.examined
+        return 0 if self.done else len(self._sessions) - self.examined
 
     def _stream(self) -> Iterator[Session]:
         for session in self._sessions:
             self.examined += 1
-            if self._alive(session):
+            if self._alive is None or self._alive(session):
                 yield session
+
+    def turn(self, first: bool = False) -> list[Session]:
+        """One turn on the dispatcher (TURN_SESSIONS, TURN_SECONDS): step's changed sessions."""
+        return self.step(TURN_SESSIONS, None if first else time.perf_counter() + TURN_SECONDS)
 
     def step(self, sessions: int | None = None, deadline: float | None = None) -> list[Session]:
         """Judge about `sessions` more sessions, or until time.perf_counter() passes `deadline`
@@ -361,7 +361,7 @@ class PolicyHold:
         sessions: Sequence[Session],
         old: tuple[Policy, Classify],
         new: tuple[Policy, Classify],
-        alive: Callable[[Session], bool] = lambda session: True,
+        alive: Callable[[Session], bool] | None = None,
     ) -> HoldJob:
         """`new` was applied after `old`: the hold of `sessions` to it, to be stepped through
         (HoldJob.step)."""
@@ -377,7 +377,7 @@ class PolicyHold:
         """Hold new sessions to the last apply, all at once."""
         if self._last is None or not sessions:
             return dict.fromkeys(OUTCOMES, 0), []
-        job = HoldJob(self, sessions, self._last[0], self._last[1], lambda session: True)
+        job = HoldJob(self, sessions, self._last[0], self._last[1])
         changed = job.step()
         return job.outcome, changed
 

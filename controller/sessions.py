@@ -71,14 +71,6 @@ GONE = frozenset({rpc_code.NOT_FOUND})  # a delete's expected failure: the entry
 # slot-only session not reported for that + its idle timeout has aged out of its slot; this much
 # more covers the digest's way to the CPM and the tick.
 SLOT_GRACE_SECONDS = 2.0
-# Holding open sessions to an applied policy (controller.rematch) runs on the dispatcher in
-# turns of at most this many sessions and, after the first, about this long; the rest waits
-# behind the events queued meanwhile, so digests, packet-ins and the API's views are served
-# between two turns. The first turn (in the apply itself) is bounded by sessions alone: it also
-# builds the tables' indexes, and an apply's answer is whole for up to that many sessions,
-# however busy the machine.
-REMATCH_TURN_SESSIONS = 2048
-REMATCH_TURN_SECONDS = 0.02
 
 
 @dataclass(slots=True)
@@ -864,12 +856,7 @@ class SessionManager:
     def _rematch_turn(self, job: HoldJob, to_the_end: bool = False, first: bool = False) -> None:
         if job is not self._holding:
             return  # finished by a later apply
-        if to_the_end or self.publish is None:
-            changed = job.step()
-        elif first:
-            changed = job.step(REMATCH_TURN_SESSIONS)
-        else:
-            changed = job.step(REMATCH_TURN_SESSIONS, time.perf_counter() + REMATCH_TURN_SECONDS)
+        changed = job.step() if to_the_end or self.publish is None else job.turn(first)
         self.stats.rematch_turns += 1
         self._blocked_now(changed)
         if changed:

@@ -15,12 +15,11 @@ import pytest
 
 from controller import events as ev
 from controller import rematch as rematch_module
-from controller import sessions as sessions_module
 from controller.classifier import acl_rules, ids_rules
 from controller.hsm.linear import Classification
 from controller.hsm.tables import compile_tables
 from controller.policy import Policy, SpmSpec, load_policy
-from controller.rematch import OUTCOMES, classifier, rematch, tables_classifier
+from controller.rematch import OUTCOMES, classifier, judge, tables_classifier
 from controller.session_encoding import FlowKey
 from controller.session_model import ACTIVE, BLOCKED, BYPASSED, Session
 from opengate import p4constants as pc
@@ -158,10 +157,10 @@ def outcomes(
         up = sorted(members(pool))
         return specs[up[0]] if up else None
 
-    changes = rematch(
+    changes = judge(
         sessions, (old, classifier(old, None)), (new, classifier(new, None)), members, choose
     )
-    return {c.session.id: (c.outcome, c.class_id, c.spm_port, c.block) for c in changes}
+    return {c.session.id: (c.outcome, c.class_id, c.spm_port, c.block) for c in changes if c}
 
 
 def test_rematch_judges_what_the_policy_changed(lab: Path) -> None:
@@ -309,10 +308,10 @@ def test_with_the_same_rules_only_the_default_verdict_and_the_chains_count(lab: 
     ]
 
     def changes(before: Policy, after: Policy) -> list[tuple[int, str]]:
-        found = rematch(
+        found = judge(
             sessions, (before, counted), (after, counted), lambda _: set(), lambda *_: None
         )
-        return [(c.session.id, c.outcome) for c in found]
+        return [(c.session.id, c.outcome) for c in found if c]
 
     assert changes(old, timer) == [] and calls == []
     text = lab.read_text()
@@ -419,7 +418,7 @@ def test_a_hold_in_turns_changes_what_one_pass_does_and_skips_sessions_that_ende
     lab: Path, turn: int
 ) -> None:
     """A HoldJob stepped `turn` sessions at a time changes the same sessions the same way as
-    rematch() in one pass (the reference), except those that ended between two turns."""
+    judge() in one pass (the reference), except those that ended between two turns."""
     old = load_policy(lab)
     changed_policy(lab)
     new = load_policy(lab)
@@ -489,8 +488,8 @@ def test_a_large_hold_runs_in_turns_between_other_events(
     after the first turn (bounded by sessions alone) with what is left, an event queued behind
     the apply is served after the second turn, and the turns go on until every session is held
     to the new policy (all blocked here: the new ACL denies SMTP)."""
-    monkeypatch.setattr(sessions_module, "REMATCH_TURN_SESSIONS", 10)
-    monkeypatch.setattr(sessions_module, "REMATCH_TURN_SECONDS", 0.0)
+    monkeypatch.setattr(rematch_module, "TURN_SESSIONS", 10)
+    monkeypatch.setattr(rematch_module, "TURN_SECONDS", 0.0)
     controller = make_controller(switch)
     flows = [key(H1, OUT1, pc.IP_PROTO_TCP, 42000 + n, 25) for n in range(50)]
     switch.inject_digest(pc.D_SESSION_REQUEST_T, [request(f) for f in flows])
