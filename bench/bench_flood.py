@@ -9,7 +9,9 @@ is not the gateway's to measure (a Python loop took 5 % of a core). Meanwhile h1
 TCP flow to out1 (its rate is compared with the same flow alone), opens 20 new TCP connections to
 out1 (connect times), and the REST API is asked for its status every 100 ms (response times).
 The policies: routed (the example policy without masquerade; `ondemand`: with its exact
-entries on demand; `plain`: with no chain on any class, so that nothing is inspected) and the
+entries on demand; `plain`: with no chain on any class, so that nothing is inspected;
+`denied`: with the flood's UDP denied by a first ACL rule, so that the flood costs the NPM and the
+machine its packets but makes no session, digest or SPM work) and the
 example policy (masquerade), whose flows the NPM makes itself, and the example policy with
 `data_plane_ports: off`, whose masqueraded flows go to the CPM. The
 example policy limits each source to 1,000 new flows a second (2,000 at once). `--trace`
@@ -37,11 +39,13 @@ from bench import connect_trace
 from bench.bench_sessions import measure, percentile
 from bench.csender import binary, write_frames
 from opengate import p4constants as pc
+from opengate.errors import ConfigError
 from opengate.target import repo_root, select_target
 from topo.model import (
     load_topology,
     with_controller_nat,
     with_entries_on_demand,
+    with_source_denied,
     without_inspection,
     without_masquerade,
 )
@@ -53,18 +57,27 @@ POLICIES = {
     "routed": "routed (data-plane sessions)",
     "ondemand": "routed, exact entries on demand",
     "plain": "routed, no inspection",
+    "denied": "routed, the flood denied by the ACL",
     "npm": "masqueraded by the NPM",
     "cpm": "masqueraded by the CPM",
 }
 
 
-def policy_variants(text: str, keys: list[str]) -> dict[str, str]:
+def policy_variants(text: str, keys: list[str], flooder: str | None = None) -> dict[str, str]:
     """The policies these benches compare, by their `--policies` key, made from `text`: only
-    `keys`' (a variant needs what it removes: `plain` a chain, all but `npm` a masquerade)."""
+    `keys`' (a variant needs what it removes: `plain` a chain, all but `npm` a masquerade;
+    `denied` the flooding host's address, `flooder`)."""
+
+    def denied(t: str) -> str:
+        if flooder is None:
+            raise ConfigError("the policy `denied` needs the flooding host's address")
+        return with_source_denied(without_masquerade(t), flooder, "udp")
+
     makers: dict[str, Callable[[str], str]] = {
         "routed": without_masquerade,
         "ondemand": lambda t: with_entries_on_demand(without_masquerade(t)),
         "plain": lambda t: without_inspection(without_masquerade(t)),
+        "denied": denied,
         "npm": lambda t: t,
         "cpm": with_controller_nat,
     }
@@ -83,11 +96,16 @@ def chosen_policies(parser: argparse.ArgumentParser, value: str) -> list[str]:
 FLOOD_PAYLOAD = b"x" * 10
 
 
+def flooder(spec: Any) -> Any:
+    """The host that floods: h2."""
+    return next(h for h in spec.hosts if h.name == "h2")
+
+
 def flood_frames(spec: Any, n: int, phase: int) -> list[bytes]:
     """`n` UDP datagrams from h2 to out1 (18 bytes of UDP), each its own flow: source ports
     1024-65535, then the next destination port; each phase (policy) has destination ports of its
     own, so that no flow of an earlier phase is met again while its session lives."""
-    h2 = next(h for h in spec.hosts if h.name == "h2")
+    h2 = flooder(spec)
     lan = next(lan for lan in spec.lans if lan.name == h2.lan)
     eth = bytes.fromhex(lan.gateway_mac.replace(":", "")) + bytes.fromhex(h2.mac.replace(":", ""))
     eth += b"\x08\x00"
@@ -377,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     with GatewayNetwork(spec, root / "run" / "bench-flood", target=choice) as network:
         running = network.api("GET", "/api/v1/policy")
         path = str(spec.policy)
-        texts = policy_variants(running["text"], chosen)
+        texts = policy_variants(running["text"], chosen, flooder=str(flooder(spec).ip.ip))
         try:
             for name, text in ((POLICIES[key], texts[key]) for key in chosen):
                 network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": text})

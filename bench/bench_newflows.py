@@ -41,7 +41,14 @@ from typing import Any
 
 import httpx
 
-from bench.bench_flood import chosen_policies, drops, drops_since, flood_frames, policy_variants
+from bench.bench_flood import (
+    chosen_policies,
+    drops,
+    drops_since,
+    flood_frames,
+    flooder,
+    policy_variants,
+)
 from bench.csender import MAX_FRAMES, binary, write_frames
 from opengate import p4constants as pc
 from opengate.p4info import P4Schema
@@ -236,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         path = str(spec.policy)
         base = measurement_policy(running["text"], args.udp_idle)
         _nft(network, f"nft -f - <<'EOF'\n{COUNTER_RULES}EOF")
-        texts = policy_variants(base, sorted({"routed", *chosen}))
+        texts = policy_variants(base, sorted({"routed", *chosen}), flooder=str(flooder(spec).ip.ip))
         phase = 0
         for key in ["reference", *chosen]:
             name = REFERENCE if key == "reference" else POLICIES[key]

@@ -239,6 +239,28 @@ def without_masquerade(policy_text: str) -> str:
     return routed
 
 
+def with_source_denied(policy_text: str, source: str, proto: str) -> str:
+    """A policy's text with a first ACL rule that denies `proto` from the host `source`: what
+    the host sends that way ends at the NPM's ACL, with no session, SPM or CPM work (the flood
+    bench compares it with the flood admitted)."""
+    data = yaml.safe_load(policy_text)
+    acl = data.get("acl") if isinstance(data, dict) else None
+    rules = acl.get("rules") if isinstance(acl, dict) else None
+    if not isinstance(rules, list):
+        raise ConfigError("the policy has no acl rules to put a deny before")
+    address = ipaddress.IPv4Address(source)
+    rules.insert(
+        0,
+        {
+            "name": f"deny-{proto}-from-{address}",
+            "src": f"{address}/32",
+            "proto": proto,
+            "action": "deny",
+        },
+    )
+    return str(yaml.safe_dump(data, sort_keys=False))
+
+
 def without_inspection(policy_text: str) -> str:
     """A policy's text with no chain on any class: nothing goes to an SPM (the benchmarks
     compare it with the inspected policy)."""

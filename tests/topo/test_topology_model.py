@@ -9,7 +9,7 @@ import yaml
 
 from opengate.errors import ConfigError
 from opengate.target import repo_root
-from topo.model import load_topology, without_inspection
+from topo.model import load_topology, with_source_denied, without_inspection
 
 GOOD = """\
 name: t
@@ -116,3 +116,23 @@ def test_without_inspection_removes_every_chain_and_keeps_the_rest() -> None:
     assert plain == original
     with pytest.raises(ConfigError, match="no class with a chain"):
         without_inspection(without_inspection(text))
+
+
+def test_with_source_denied_puts_one_deny_first_and_keeps_the_rest() -> None:
+    """The flood bench's policy that denies the flooding host's UDP: one rule first, the rest
+    as it was; a policy without ACL rules, or an address that is not one, is refused."""
+    text = (repo_root() / "controller" / "examples" / "gateway.yaml").read_text()
+    original = yaml.safe_load(text)
+    denied = yaml.safe_load(with_source_denied(text, "10.0.1.11", "udp"))
+    first = denied["acl"]["rules"].pop(0)
+    assert first == {
+        "name": "deny-udp-from-10.0.1.11",
+        "src": "10.0.1.11/32",
+        "proto": "udp",
+        "action": "deny",
+    }
+    assert denied == original
+    with pytest.raises(ConfigError, match="no acl rules"):
+        with_source_denied("name: p\n", "10.0.1.11", "udp")
+    with pytest.raises(ValueError):
+        with_source_denied(text, "h2", "udp")
