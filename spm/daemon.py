@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import os
 import selectors
 import signal
 import socket
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +125,22 @@ def kernel_queue(queue_num: int, proc: Path = NFQUEUE_PROC) -> KernelQueue:
     return KernelQueue()
 
 
+class SharedCount:
+    """A count that one process writes and another reads: eight bytes of anonymous shared
+    memory, made before a fork. The Snort adapter reports, with its own queues' drops, the
+    packets its AV's daemon (a forked child) answered by policy because their source was over its
+    share of the fair queue."""
+
+    def __init__(self) -> None:
+        self._mem = mmap.mmap(-1, 8)
+
+    def set(self, value: int) -> None:
+        struct.pack_into("=Q", self._mem, 0, value)
+
+    def get(self) -> int:
+        return int(struct.unpack_from("=Q", self._mem, 0)[0])
+
+
 def bound_queues() -> set[int]:
     """The NFQUEUE numbers a process listens on in this network namespace."""
     out: set[int] = set()
@@ -142,9 +160,15 @@ class SpmDaemon:
     for (the Snort adapter, whose AV this then is)."""
 
     def __init__(
-        self, cfg: SpmConfig, detector: Detector | None = None, queue_num: int | None = None
+        self,
+        cfg: SpmConfig,
+        detector: Detector | None = None,
+        queue_num: int | None = None,
+        overflow_out: SharedCount | None = None,
     ) -> None:
         self.cfg = cfg
+        # Embedded, the owner reports the load: it reads this daemon's overflow here.
+        self.overflow_out = overflow_out
         self.detector = detector
         self.embedded = queue_num is not None
         self.queue_num = cfg.queue.num if queue_num is None else queue_num
@@ -313,6 +337,8 @@ class SpmDaemon:
             return
         if not self.held.put(src, cid, (qp, cid, src, dst)):
             c.overflow += 1
+            if self.overflow_out is not None:
+                self.overflow_out.set(c.overflow)
             self.nfq.verdict(qp.packet_id, NF_ACCEPT if self.cfg.queue.fail_open else NF_DROP)
 
     def _hand_out(self) -> None:

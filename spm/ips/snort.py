@@ -49,7 +49,14 @@ from opengate.errors import ConfigError
 from spm.community_id import community_id_str
 from spm.config import SpmConfig
 from spm.cpm_client import CpmClient
-from spm.daemon import SpmDaemon, bound_queues, cpu_ticks, kernel_queue, pss_bytes
+from spm.daemon import (
+    SharedCount,
+    SpmDaemon,
+    bound_queues,
+    cpu_ticks,
+    kernel_queue,
+    pss_bytes,
+)
 from spm.eve import EveLog
 from spm.nft import Plan, Plumbing
 
@@ -301,6 +308,9 @@ class SnortDaemon:
         )
         self.proc: subprocess.Popen[bytes] | None = None
         self.av_pid: int | None = None  # the AV's daemon (a child process) while it runs
+        # Packets the AV's daemon answered by policy, over their source's share of its fair
+        # queue (it counts, this reports).
+        self.av_overflow = SharedCount()
         self._stop = threading.Event()
         self.alerts = 0
 
@@ -369,7 +379,9 @@ class SnortDaemon:
             try:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until the daemon sets its own
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
-                code = SpmDaemon(cfg, None, queue_num=queue_num).run()
+                code = SpmDaemon(
+                    cfg, None, queue_num=queue_num, overflow_out=self.av_overflow
+                ).run()
             except BaseException:
                 LOG.exception("spm %s: the AV failed", self.cfg.name)
             finally:
@@ -482,21 +494,24 @@ class SnortDaemon:
                 cpu = min(100.0, 100.0 * busy / (os.cpu_count() or 1))
                 last_ticks, last = ticks, now
                 if cpm is not None:
-                    queues = [kernel_queue(q) for q in self.plumbing.plan.all_queues]
-                    cpm.report_load(
-                        {
-                            "ts": time.time(),
-                            "cpu": round(cpu, 1),
-                            "queue_depth": sum(q.depth for q in queues),
-                            "queue_dropped": sum(q.dropped for q in queues),
-                            "pps": 0.0,
-                            "bps": 0.0,
-                            "mem_bytes": sum(pss_bytes(p) for p in pids),
-                            "workers": self.cfg.workers,
-                            "flows": 0,
-                        }
-                    )
+                    cpm.report_load(self.load_report(cpu, pids))
         return False
+
+    def load_report(self, cpu: float, pids: list[int]) -> dict[str, Any]:
+        """The SPM's load: Snort's and the AV's queues as the kernel counts them, and the
+        packets the AV's daemon answered by policy (over their source's share)."""
+        queues = [kernel_queue(q) for q in self.plumbing.plan.all_queues]
+        return {
+            "ts": time.time(),
+            "cpu": round(cpu, 1),
+            "queue_depth": sum(q.depth for q in queues),
+            "queue_dropped": sum(q.dropped for q in queues) + self.av_overflow.get(),
+            "pps": 0.0,
+            "bps": 0.0,
+            "mem_bytes": sum(pss_bytes(p) for p in pids),
+            "workers": self.cfg.workers,
+            "flows": 0,
+        }
 
     def _follow(self, path: Path, offset: int, cpm: CpmClient | None, eve: EveLog | None) -> int:
         with contextlib.suppress(FileNotFoundError), path.open("rb") as f:

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +16,10 @@ import pytest
 
 from opengate.errors import ConfigError
 from opengate.netutil import stop_process
+from spm.capture import NF_DROP, QueuedPacket
 from spm.community_id import community_id_str
 from spm.config import AvConfig, BypassConfig, IpsConfig, QueueConfig, SpmConfig
+from spm.daemon import SpmDaemon
 from spm.ips.snort import (
     SnortDaemon,
     av_beside_snort_config,
@@ -123,6 +126,51 @@ def test_with_the_av_snort_daemon_plans_a_queue_after_snorts_and_an_av_without_i
     # the AV stage makes the bypass decisions, as the built-in daemon does
     assert not av.ips.enabled and av.bypass.classes == ("tls",) and av.av.enabled
     assert SnortDaemon(_cfg(), "/usr/bin/snort").plumbing.plan.av_queue is None
+
+
+def test_the_load_report_counts_what_the_forked_av_answered_over_its_share() -> None:
+    """With Snort, the AV's daemon is a forked child with its own fair queue: the packets it
+    answers by policy because their source is over its share (the built-in daemon's `overflow`)
+    reach the adapter's load report as dropped, with the kernel's drops of every queue."""
+    cfg = _cfg(
+        av=AvConfig(enabled=True),
+        queue=QueueConfig(num=6, length=500, fail_open=False, per_source=2),
+    )
+    daemon = SnortDaemon(cfg, "/usr/bin/snort", run_dir=Path("/nonexistent"))
+    before = daemon.load_report(0.0, [])["queue_dropped"]
+    av = av_beside_snort_config(cfg)
+    pid = os.fork()
+    if pid == 0:  # as _start_av's child: the AV's daemon, its fair queue over a source's share
+        code = 1
+        try:
+            child = SpmDaemon(av, None, queue_num=9, overflow_out=daemon.av_overflow)
+            verdicts: list[tuple[int, int]] = []
+            child.nfq = _Verdicts(verdicts)  # type: ignore[assignment]
+            for i in range(5):  # one source, five flows: two held, three over its share
+                child._hold(QueuedPacket(i, 0, 0, b"", _udp(1024 + i)))
+            code = 0 if verdicts == [(2, NF_DROP), (3, NF_DROP), (4, NF_DROP)] else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert daemon.av_overflow.get() == 3
+    assert daemon.load_report(0.0, [])["queue_dropped"] == before + 3
+
+
+class _Verdicts:
+    def __init__(self, out: list[tuple[int, int]]) -> None:
+        self.out = out
+
+    def verdict(self, packet_id: int, verdict: int) -> None:
+        self.out.append((packet_id, verdict))
+
+
+def _udp(sport: int) -> bytes:
+    """An IPv4 UDP datagram 10.0.0.1:sport -> 10.0.0.2:53 (checksums are not looked at)."""
+    ip = struct.pack(
+        "!BBHHHBBH4s4s", 0x45, 0, 28, 0, 0, 64, 17, 0, bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
+    )
+    return ip + struct.pack("!HHHH", sport, 53, 8, 0)
 
 
 FAKE_ALERT = json.dumps(
