@@ -24,7 +24,10 @@
 //   packets cost two passes, nothing else does. Both ways taken: no resubmit, the CPM path.
 // - Time: meta.now counts ticks of 2^16 ns (the 48-bit global timestamp's bits 47:16, so it wraps
 //   with the timestamp, every 78 hours). A slot is alive while a packet found it FLOW_SLOT_LEASE
-//   ticks ago or less (30 s; an unsigned difference, which the wrap does not disturb), one
+//   ticks ago or less (30 s; an unsigned difference, right across a wrap of the timestamp; a
+//   slot that no packet found for a whole wrap, 78 hours, looks alive again for 30 s: another
+//   flow that hashes to it takes the CPM path (a collision), and its own flow, back within
+//   those 30 s, would get its old class and SPM without being classified again), one
 //   lifetime for every flow: a stateful ALU reads two PHV words, here the time and the
 //   fingerprint, so no per-protocol lifetime from flow_ageing. The flow's exact entries, which
 //   the CPM installs for every flow here, carry it with the policy's timeouts.

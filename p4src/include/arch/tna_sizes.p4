@@ -50,9 +50,9 @@
 // Data-plane sessions (arch/tna_flow_slots.p4): two ways of FLOW_WAY_SLOTS slots each.
 // 65,536 per way on Tofino 2 could not be placed beside its session table (no stage had the
 // SRAM for a way's register and its table), 32,768 could.
-#define FLOW_WAY_SLOTS            32768
 #define FLOW_WAY_BITS             15
-#define FLOW_SLOT_BITS            16  // a slot of either way: the way ++ its slot
+#define FLOW_WAY_SLOTS            (1 << FLOW_WAY_BITS)
+#define FLOW_SLOT_BITS            (FLOW_WAY_BITS + 1)  // a slot of either way: the way ++ its slot
 #define NEW_FLOW_METERS           4096
 #define FLOW_AGEING_TABLE_SIZE    256
 #define CPU_SOURCE_METERS         4096
