@@ -34,10 +34,9 @@ from controller.session_encoding import FlowKey
 from controller.session_model import Session
 from opengate import p4constants as pc
 from opengate.target import repo_root, shared_data_dir
-from topo.model import without_inspection
+from topo.model import with_first_acl_rule, without_inspection
 
-LAN_OUT = "    - {name: lan-out, src: inside, action: permit}"
-DENY = "    - {name: no-smtp, src: inside, proto: tcp, dport: 25, action: deny}\n"
+DENY = {"name": "no-smtp", "src": "inside", "proto": "tcp", "dport": 25, "action": "deny"}
 
 
 def policies() -> list[tuple[str, Path, str]]:
@@ -131,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     many, few = (args.sessions, 1), (args.linear, 2)  # (sessions, seed)
     for name, path, text in policies():
         old = load_policy(path, text)
-        denied = load_policy(path, text.replace(LAN_OUT, DENY + LAN_OUT))
+        denied = load_policy(path, with_first_acl_rule(text, DENY))
         plain = load_policy(path, without_inspection(text))
         timer = load_policy(path, text.replace("closing_linger: 2", "closing_linger: 3"))
         before, after = walker(old, 0), walker(denied, 1)

@@ -239,18 +239,24 @@ def without_masquerade(policy_text: str) -> str:
     return routed
 
 
-def with_source_denied(policy_text: str, source: str, proto: str) -> str:
-    """A policy's text with a first ACL rule that denies `proto` from the host `source`: what
-    the host sends that way ends at the NPM's ACL, with no session, SPM or CPM work (the flood
-    bench compares it with the flood admitted)."""
+def with_first_acl_rule(policy_text: str, rule: dict[str, object]) -> str:
+    """A policy's text with `rule` (as the policy file writes one) before its other ACL rules."""
     data = yaml.safe_load(policy_text)
     acl = data.get("acl") if isinstance(data, dict) else None
     rules = acl.get("rules") if isinstance(acl, dict) else None
     if not isinstance(rules, list):
-        raise ConfigError("the policy has no acl rules to put a deny before")
+        raise ConfigError("the policy has no acl rules to put a rule before")
+    rules.insert(0, rule)
+    return str(yaml.safe_dump(data, sort_keys=False))
+
+
+def with_source_denied(policy_text: str, source: str, proto: str) -> str:
+    """A policy's text with a first ACL rule that denies `proto` from the host `source`: what
+    the host sends that way ends at the NPM's ACL, with no session, SPM or CPM work (the flood
+    bench compares it with the flood admitted)."""
     address = ipaddress.IPv4Address(source)
-    rules.insert(
-        0,
+    return with_first_acl_rule(
+        policy_text,
         {
             "name": f"deny-{proto}-from-{address}",
             "src": f"{address}/32",
@@ -258,7 +264,6 @@ def with_source_denied(policy_text: str, source: str, proto: str) -> str:
             "action": "deny",
         },
     )
-    return str(yaml.safe_dump(data, sort_keys=False))
 
 
 def without_inspection(policy_text: str) -> str:
