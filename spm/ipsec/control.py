@@ -312,7 +312,7 @@ class IpsecControl:
 
     def initiate(self, name: str, timeout: float = 20.0) -> None:
         """Bring a tunnel's CHILD SA up and wait for it; IpsecError says why it failed."""
-        if self.established(name):
+        if self._await_under_way(name, timeout):
             return
         lines: list[str] = []
         message = {"child": name, "ike": name, "timeout": str(int(timeout * 1000)), "loglevel": "2"}
@@ -327,6 +327,9 @@ class IpsecControl:
             self._record_error(name, reason)
             raise IpsecError(f"tunnel {name}: {reason}") from None
         except (SessionException, OSError) as error:
+            with contextlib.suppress(SessionException, OSError):
+                if self.established(name):  # up, though the call was not answered
+                    return
             # charon may be too slow to answer the call (a loaded machine) while its log has
             # already said why the tunnel failed
             known = diagnose(lines) or self.last_error(name)
@@ -335,6 +338,42 @@ class IpsecControl:
                     f"tunnel {name}: {known} (charon did not answer in time)"
                 ) from None
             raise IpsecError(f"tunnel {name}: no answer from charon: {error}") from None
+
+    def _await_under_way(self, name: str, timeout: float) -> bool:
+        """True once the tunnel is up. An IKE SA of the tunnel already being set up (its
+        start_action at load, a DPD or close action, or the peer) is waited for rather than
+        initiated again: a second initiate queues a duplicate CHILD_CREATE, which strongSwan 5.9
+        drops without ever answering the call (the worker it holds even delays SIGTERM). False
+        when nothing of the tunnel is under way (no SA, or an IKE SA up whose CHILD SA failed):
+        the caller initiates. IpsecError when the attempt under way failed (from the event
+        thread's diagnosis) or did not finish, or charon does not answer."""
+        started = time.time()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                mine = [sa for sa in self.sas() if sa.name == name]
+            except (SessionException, OSError) as error:
+                raise IpsecError(f"tunnel {name}: no answer from charon: {error}") from None
+            if any(
+                sa.state == "ESTABLISHED" and any(c.state == "INSTALLED" for c in sa.children)
+                for sa in mine
+            ):
+                return True
+            with self._lock:
+                events = self._events.get(name)
+                failed = events.last_error if events and (events.error_at or 0) >= started else None
+            if failed:
+                raise IpsecError(f"tunnel {name}: {failed}")
+            # an IKE SA up without any CHILD SA is settled (its CHILD failed): initiate one
+            if not any(sa.state != "ESTABLISHED" or sa.children for sa in mine):
+                return False
+            if time.monotonic() > deadline:
+                with self._lock:
+                    recent = list(events.lines) if events else []
+                reason = diagnose(recent) or f"still {mine[0].state.lower()} after {timeout:.0f} s"
+                self._record_error(name, reason)
+                raise IpsecError(f"tunnel {name}: {reason}")
+            time.sleep(0.1)
 
     def initiate_async(self, name: str) -> None:
         """Ask charon to bring a tunnel up without waiting (errors come as events)."""

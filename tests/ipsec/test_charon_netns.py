@@ -203,6 +203,53 @@ def test_rekey_during_a_transfer_loses_nothing(sites: TwoSites) -> None:
     b.close()
 
 
+def test_initiate_while_the_tunnel_starts_waits_for_it(sites: TwoSites) -> None:
+    """The initiator's tunnel starts at load (start: true); an initiate while its IKE_AUTH is
+    still unanswered must wait for that attempt, not queue a second CHILD_SA: strongSwan 5.9
+    drops the duplicate and may never answer the call (a CI run hung there for 30 s)."""
+    skip_unless_tool("nft", "the responder's IKE_AUTH is held back with nftables")
+    a, b = _controls(sites)
+    # Hold the IKE_AUTH request back (exchange type 35, byte 18 of the IKE header, which
+    # follows the UDP header on port 500 and a 4-byte non-ESP marker on 4500 with NAT-T).
+    rules = [
+        "add table inet og_hold",
+        "add chain inet og_hold in { type filter hook input priority 0; }",
+        "add rule inet og_hold in udp dport 500 @th,208,8 35 drop",
+        "add rule inet og_hold in udp dport 4500 @th,240,8 35 drop",
+    ]
+    sites.b.run("nft", "; ".join(rules))
+    try:
+        _load_pair(sites, a, b)
+        (sa,) = a.sas()
+        assert sa.state == "CONNECTING"  # the start_action's attempt, under way
+        done: dict[str, object] = {}
+
+        def run_initiate() -> None:
+            try:
+                a.initiate("to-b", timeout=15)
+                done["result"] = "up"
+            except IpsecError as error:
+                done["result"] = error
+
+        thread = threading.Thread(target=run_initiate)
+        thread.start()
+    finally:
+        sites.b.run("nft", "delete table inet og_hold")
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert done["result"] == "up", done
+    assert a.established("to-b")
+    wait_for("the responder up", lambda: b.established("to-a"))
+    assert sites.a.charon is not None
+    log = sites.a.charon.log_path.read_text()
+    assert "retransmit 1 of request with message ID 1" in log  # IKE_AUTH was held back
+    assert "existing duplicate" not in log, "a second CHILD_SA was initiated"
+    (sa,) = a.sas()
+    assert len(sa.children) == 1
+    a.close()
+    b.close()
+
+
 def test_wrong_psk_is_explained_on_both_sides(sites: TwoSites) -> None:
     a, b = _controls(sites)
     _load_pair(sites, a, b, psk="not the same secret")
