@@ -23,8 +23,8 @@ help: ## list the targets
 setup: ## install what is missing (Debian packages, the locked Python virtualenv); report p4c/BMv2
 	@P4_PREFIX=$(P4_PREFIX) VENV=$(VENV) scripts/setup.sh
 
-run: setup ## bring up the gateway topology in Mininet and open its CLI (TOPOLOGY=topo/FILE.yaml)
-	$(PY) -m topo run $(if $(TOPOLOGY),--topology $(TOPOLOGY))
+run: setup ## bring up the gateway topology in Mininet and open its CLI (TOPOLOGY=topo/FILE.yaml, BUILD=compact)
+	$(PY) -m topo run $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(BUILD),--build $(BUILD))
 
 test: setup lint ## lint, type-check and run the whole suite (unit, PTF, end-to-end)
 	$(PY) -m pytest tests
@@ -40,12 +40,14 @@ lint: setup ## ruff (lint and format check) and mypy --strict
 check-p4c:
 	@command -v $(P4C) >/dev/null || { echo "make p4: $(P4C) (p4c's BMv2 backend) is not installed; install p4c (README, 'Running on BMv2') or use the committed p4src/build/"; exit 1; }
 
-p4: check-p4c ## compile p4src/ with p4c into p4src/build/ (BMv2 JSON + P4Info), both profiles
-	@mkdir -p $(P4_BUILD)/naive_acl
+p4: check-p4c ## compile p4src/ with p4c into p4src/build/ (BMv2 JSON + P4Info), every build
+	@mkdir -p $(P4_BUILD)/naive_acl $(P4_BUILD)/compact
 	$(P4C) $(P4_FLAGS) -o $(P4_BUILD)/opengate.json \
 	    --p4runtime-files $(P4_BUILD)/opengate.p4info.txtpb p4src/opengate.p4
 	$(P4C) $(P4_FLAGS) -DWITH_NAIVE_ACL -o $(P4_BUILD)/naive_acl/opengate.json \
 	    --p4runtime-files $(P4_BUILD)/naive_acl/opengate.p4info.txtpb p4src/opengate.p4
+	$(P4C) $(P4_FLAGS) -DWITH_COMPACT_TABLES -o $(P4_BUILD)/compact/opengate.json \
+	    --p4runtime-files $(P4_BUILD)/compact/opengate.p4info.txtpb p4src/opengate.p4
 	$(MAKE) constants
 
 constants: setup ## generate opengate/p4constants.py from the committed P4Info

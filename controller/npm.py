@@ -35,6 +35,7 @@ from controller.baseconfig import (
     MeterCell,
 )
 from controller.classifier import CLASSIFICATION_TABLES, Op, Write
+from controller.hsm import schema as hsm_schema
 from controller.metrics import Metrics
 from opengate import p4constants as pc
 from opengate.entries import Exact, TableEntry
@@ -139,6 +140,13 @@ class NpmConnection:
         """Names of the tables and meters this NPM's program has (builds differ: no
         data-plane sessions on TNA)."""
         return frozenset(self.schema.tables.by_name) | frozenset(self.schema.meters.by_name)
+
+    @property
+    def classifier_limits(self) -> dict[str, int]:
+        """Entries per bank of each classification table in this NPM's program (builds differ:
+        the compact build's HSM tables are a sixteenth of the default's)."""
+        tables = self.schema.tables.by_id.values()
+        return hsm_schema.program_limits({t.name: t.size for t in tables})
 
     @property
     def slots_retire_themselves(self) -> bool:
@@ -267,7 +275,7 @@ class NpmConnection:
             self.pipeline_pushed = False
             return False
         client.set_pipeline(self.schema.p4info, self._config, self.cookie)
-        self.log.info("pushed the pipeline (cookie %#x)", self.cookie)
+        self.log.info("pushed the pipeline %s (cookie %#x)", self.pipeline.json_path, self.cookie)
         self.pipeline_pushed = True
         return True
 

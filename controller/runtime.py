@@ -47,7 +47,6 @@ from controller.classifier import summary as classifier_summary
 from controller.counters import NpmCounterCollector, NpmCounters, read_counters
 from controller.db import Database, DbWriter
 from controller.errors import RequestError
-from controller.hsm import schema
 from controller.hsm.compile import CompiledTables, TableOverflow
 from controller.ipsec import IpsecReports, active_spm, ipsec_view, spm_config
 from controller.metrics import Metrics
@@ -477,6 +476,7 @@ class Controller:
                     acl_rules(policy),
                     ids_rules(policy),
                     hybrid=pc.T_ACL_SPILL in state.conn.available,
+                    limits=state.conn.classifier_limits,
                 )
             except TableOverflow as overflow:
                 raise RequestError(
@@ -888,6 +888,7 @@ class Controller:
                 if isinstance(version, Exact):
                     counts[version.value] = counts.get(version.value, 0) + 1
             stats = compiled.stats if compiled is not None else None
+            limits = state.conn.classifier_limits
             out[name] = {
                 "active_bank": banks.active,
                 "entries": counts,
@@ -897,9 +898,9 @@ class Controller:
                 "memory_accesses_per_packet": stats.memory_accesses() if stats else None,
                 "fill": (
                     {
-                        t.table: round(t.entries / (schema.table_capacity(t.table) // 2), 4)
+                        t.table: round(t.entries / limits[t.table], 4)
                         for t in stats.tables
-                        if schema.table_capacity(t.table) > 1
+                        if limits.get(t.table, 0) > 0
                     }
                     if stats
                     else None

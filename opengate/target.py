@@ -74,6 +74,19 @@ def p4_build_dir() -> Path:
     return repo_root() / "p4src" / "build"
 
 
+# The committed v1model builds a gateway can run, by name (`make run BUILD=compact`): the same
+# program, tables and ids; compact gives the HSM chains' tables 65,536 entries instead of
+# 1,048,576 (p4src/include/sizes.p4), for BMv2 on a laptop. (naive_acl is for the benches.)
+P4_BUILDS = {"default": "", "compact": "compact"}
+
+
+def p4_program_dir(build: str) -> Path:
+    """The folder of a gateway build's BMv2 JSON and P4Info; ValueError names the builds."""
+    if build not in P4_BUILDS:
+        raise ValueError(f"unknown P4 build {build!r}: one of {', '.join(P4_BUILDS)}")
+    return p4_build_dir() / P4_BUILDS[build]
+
+
 def shared_data_dir() -> Path:
     """../shared/data relative to the project root (reference data; may be absent)."""
     return repo_root().parent / "shared" / "data"

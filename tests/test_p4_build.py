@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+from controller.hsm import schema as hsm_schema
+from opengate.p4info import P4Schema
 from opengate.target import repo_root
 from tests.helpers import skip_unless_tool
 
-PROFILES = {"": "", "naive_acl": "-DWITH_NAIVE_ACL"}
+PROFILES = {"": "", "naive_acl": "-DWITH_NAIVE_ACL", "compact": "-DWITH_COMPACT_TABLES"}
 
 
 @pytest.mark.needs_p4c
@@ -53,6 +55,43 @@ def _strip_sources(node: object) -> object:
     if isinstance(node, list):
         return [_strip_sources(v) for v in node]
     return node
+
+
+def _without_sizes(node: object) -> object:
+    if isinstance(node, dict):
+        return {
+            k: _without_sizes(v) for k, v in node.items() if k not in ("source_info", "max_size")
+        }
+    if isinstance(node, list):
+        return [_without_sizes(v) for v in node]
+    return node
+
+
+def test_the_compact_build_differs_only_in_the_chain_tables_sizes() -> None:
+    """`make run BUILD=compact`: the same program, names and ids; only the HSM chains' exact
+    tables (addr pair, port pair, final, of every ACL partition and the IDS) are smaller."""
+    build = repo_root() / "p4src" / "build"
+    default = P4Schema.load(build / "opengate.p4info.txtpb").p4info
+    compact = P4Schema.load(build / "compact" / "opengate.p4info.txtpb").p4info
+    chains = {*hsm_schema.PARTITION_TABLES, *hsm_schema.HSM_TABLES} - {
+        t.name for t in hsm_schema.SEGMENT_TABLES
+    }
+    assert len(chains) == 21
+    sizes = {t.preamble.name: t.size for t in default.tables}
+    for table in compact.tables:
+        name = table.preamble.name.rpartition(".")[2]
+        if name in chains:
+            assert (table.size, sizes[table.preamble.name]) == (65536, 1048576), name
+        else:
+            assert table.size == sizes[table.preamble.name], name
+        table.size = sizes[table.preamble.name]
+    assert compact == default  # names, ids, keys, actions, everything else
+    old, new = (
+        json.loads((folder / "opengate.json").read_text()) for folder in (build, build / "compact")
+    )
+    small = {t["name"] for p in new["pipelines"] for t in p["tables"] if t["max_size"] == 65536}
+    assert small >= chains
+    assert _without_sizes(new) == _without_sizes(old)
 
 
 def test_no_p4_control_file_is_written_twice() -> None:
@@ -209,7 +248,9 @@ def test_a_packet_its_session_carries_skips_the_classifier(profile: str) -> None
             t["name"],
         )
     }
-    expected = {"acl_naive", "ids_naive"} if profile else {"sa_segment", "acl6_verdict"}
+    expected = (
+        {"acl_naive", "ids_naive"} if profile == "naive_acl" else {"sa_segment", "acl6_verdict"}
+    )
     assert {"class_policy", "spm_select", *expected} <= classifier
     on_miss = _reachable(ingress, 0)
     on_hit = _reachable(ingress, 1)

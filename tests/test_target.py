@@ -6,7 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from opengate.target import Target, TargetError, select_target
+from opengate.errors import ConfigError
+from opengate.target import (
+    P4_BUILDS,
+    Target,
+    TargetError,
+    p4_build_dir,
+    p4_program_dir,
+    repo_root,
+    select_target,
+)
+from topo.model import load_topology
+from topo.net import GatewayNetwork
 
 
 def _path_with_fake_bmv2(tmp_path: Path) -> str:
@@ -59,3 +70,19 @@ def test_make_with_unknown_target_stops_with_the_message() -> None:
     )
     assert result.returncode != 0
     assert "TARGET='tofino' is not a data-plane target" in result.stderr
+
+
+def test_each_gateway_build_has_its_committed_program() -> None:
+    """`make run BUILD=compact`: a build name gives the folder of its BMv2 JSON and P4Info; an
+    unknown name is refused with the names there are, and the topology says so as a ConfigError."""
+    for build in P4_BUILDS:
+        folder = p4_program_dir(build)
+        assert (folder / "opengate.json").is_file() and (folder / "opengate.p4info.txtpb").is_file()
+    assert p4_program_dir("default") == p4_build_dir()
+    assert p4_program_dir("compact") == p4_build_dir() / "compact"
+    with pytest.raises(ValueError, match="unknown P4 build 'small': one of default, compact"):
+        p4_program_dir("small")
+    network = GatewayNetwork(load_topology(repo_root() / "topo" / "gateway.yaml"), Path("/tmp"))
+    network.p4_build = "small"
+    with pytest.raises(ConfigError, match="unknown P4 build 'small'"):
+        assert not network.program_dir  # raises

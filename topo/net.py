@@ -29,7 +29,13 @@ from opengate.errors import ConfigError
 from opengate.netutil import delete_link, free_tcp_port, stop_process, wait_for_port
 from opengate.p4info import P4Schema
 from opengate.p4rt import P4RuntimeClient
-from opengate.target import TargetChoice, p4_build_dir, repo_root, select_target, shared_data_dir
+from opengate.target import (
+    TargetChoice,
+    p4_program_dir,
+    repo_root,
+    select_target,
+    shared_data_dir,
+)
 from topo.model import TopologySpec, spm_engine
 from topo.nodes import LanBridge, NetnsHost, P4Npm
 
@@ -273,6 +279,8 @@ class GatewayNetwork:
     target: TargetChoice = field(default_factory=select_target)
     # The SPMs' bypass settings, e.g. {"classes": ["other"], "after_bytes": 1048576}; None: off.
     spm_bypass: dict[str, Any] | None = None
+    # the committed P4 build the controllers push (opengate.target.P4_BUILDS)
+    p4_build: str = "default"
     net: Any = None
     api_address: str = ""
     api_token: str = ""
@@ -283,6 +291,14 @@ class GatewayNetwork:
     # of CPU), which a bench polling the API 10 times a second paid as 15 % of a core
     _http: httpx.Client | None = None
     _name_locks: list[int] = field(default_factory=list)  # claim_names: held while it runs
+
+    @property
+    def program_dir(self) -> Path:
+        """Where the BMv2 JSON and P4Info the controllers push are (the `p4_build`)."""
+        try:
+            return p4_program_dir(self.p4_build)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
 
     def __enter__(self) -> GatewayNetwork:
         try:
@@ -411,6 +427,10 @@ class GatewayNetwork:
             f"sqlite:///{database}",
             "--state-dir",
             str(state_dir),
+            "--p4info",
+            str(self.program_dir / "opengate.p4info.txtpb"),
+            "--device-config",
+            str(self.program_dir / "opengate.json"),
             "--api-socket",
             str(socket_path),
             # the rules the SPMs run, where the web console finds an alert's rule text
@@ -530,7 +550,7 @@ class GatewayNetwork:
     ) -> dict[int, int]:
         """Packets per cell of the NPM's indirect counter `name` (every cell in one read, or
         cell `index` alone)."""
-        schema = P4Schema.load(p4_build_dir() / "opengate.p4info.txtpb")
+        schema = P4Schema.load(self.program_dir / "opengate.p4info.txtpb")
         address = self.net.get(npm).grpc_address
         with P4RuntimeClient(address).connect(stream=False) as client:
             entries = client.read_counter(schema.counters.get(name).preamble.id, index)

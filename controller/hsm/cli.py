@@ -197,16 +197,11 @@ def limits_from_p4info(path: Path) -> dict[str, int]:
         info = P4Schema.load(path).p4info
     except (OSError, UnicodeDecodeError, text_format.ParseError, DecodeError) as exc:
         raise ConfigError(f"--p4info {path}: {exc}") from None
-    wanted = {*schema.HSM_TABLES, *schema.HYBRID_TABLES, schema.ACL_NAIVE, schema.IDS_NAIVE}
-    limits: dict[str, int] = {}
-    for table in info.tables:
-        name = table.preamble.name.rpartition(".")[2]
-        if name in wanted:
-            limits[name] = table.size // 2
+    limits = schema.program_limits({t.preamble.name: t.size for t in info.tables})
     missing = [t for t in schema.HSM_TABLES if t not in limits]
     if missing and not (schema.ACL_NAIVE in limits and schema.IDS_NAIVE in limits):
         raise ConfigError(f"--p4info {path}: no HSM tables ({', '.join(missing)}) nor naive ones")
-    return {**{t: 0 for t in schema.HYBRID_TABLES}, **limits}
+    return limits
 
 
 def run_compile(args: argparse.Namespace) -> int:

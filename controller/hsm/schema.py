@@ -7,6 +7,7 @@ only what the compiler, the table walker and the memory model need, in one place
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from opengate import p4constants as pc
@@ -129,5 +130,19 @@ HSM_TABLES: tuple[str, ...] = (
 
 
 def table_capacity(table: str) -> int:
-    """Entries `table` holds (both banks together), as the P4 program declares it (P4Info)."""
+    """Entries `table` holds (both banks together) in the default v1model build (P4Info); a
+    program at hand gives its own through `program_limits`."""
     return pc.TABLE_SIZES[table]
+
+
+def program_limits(sizes: Mapping[str, int]) -> dict[str, int]:
+    """Entries per bank (half the declared size) of the classification tables of a program,
+    from its P4Info's sizes by table name (bf-p4c's `pipe.` prefix dropped). A hybrid table the
+    program lacks holds nothing (0): the compiler then spills nothing."""
+    wanted = {*HSM_TABLES, *HYBRID_TABLES, ACL_NAIVE, IDS_NAIVE}
+    limits = {
+        short: size // 2
+        for name, size in sizes.items()
+        if (short := name.rpartition(".")[2]) in wanted
+    }
+    return {**{t: 0 for t in HYBRID_TABLES}, **limits}

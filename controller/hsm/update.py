@@ -157,11 +157,19 @@ class ClassifierBanks:
         *,
         fallback: bool = False,
         hybrid: bool = True,
+        limits: Mapping[str, int] | None = None,
     ) -> tuple[CompiledTables, UpdatePlan]:
-        """`hybrid`: the program has the spill tables (HSM that does not fit spills into them)."""
+        """`hybrid`: the program has the spill tables (HSM that does not fit spills into them);
+        `limits`: its tables' entries per bank (default: the default v1model build's)."""
         idle = 1 - self.active
         new = compile_tables(
-            acl, ids, version=idle, reuse=self.content[idle], fallback=fallback, hybrid=hybrid
+            acl,
+            ids,
+            version=idle,
+            reuse=self.content[idle],
+            fallback=fallback,
+            hybrid=hybrid,
+            limits=limits,
         )
         return new, plan_update(self._installed.values(), self.active, new)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from controller.npm import NpmAddress
+from controller.npm import NpmAddress, Pipeline
 from controller.runtime import Controller, ControllerOptions
 from tests.switch_double import SwitchDouble
 
@@ -60,6 +60,7 @@ def make_controller(tmp_path: Path, lab: Path) -> Iterator[ControllerFactory]:
         election_id: int = 10,
         wait: bool = True,
         tick: float = 0.05,
+        pipeline: Pipeline | None = None,
     ) -> Controller:
         npms = tuple(
             NpmAddress(f"npm{i + 1}", s if isinstance(s, str) else s.address, 1)
@@ -73,6 +74,7 @@ def make_controller(tmp_path: Path, lab: Path) -> Iterator[ControllerFactory]:
             state_dir=tmp_path,
             tick_seconds=tick,
             connect_timeout=5.0,
+            **({"pipeline": pipeline} if pipeline is not None else {}),
         )
         controller = Controller(options)
         started.append(controller)

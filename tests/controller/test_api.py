@@ -18,9 +18,11 @@ from scapy.layers.l2 import Ether
 
 from controller.api import ApiServer
 from controller.cli import register
+from controller.npm import Pipeline
 from controller.runtime import Controller
 from opengate import p4constants as pc
 from opengate.errors import ConfigError
+from opengate.target import p4_program_dir
 from tests.controller.conftest import ControllerFactory, wait_until
 from tests.controller.flows import H1, H2, OUT1, SPM1_MAC, key, request
 from tests.switch_double import SwitchDouble
@@ -369,6 +371,27 @@ def test_hsm_view_reports_cost_per_packet_and_table_fill(
         share = fill[table["table"]]
         assert 0 <= share <= 1
         assert share == round(table["entries"] / (pc.TABLE_SIZES[table["table"]] // 2), 4)
+
+
+def test_the_compact_build_gives_the_classifier_its_smaller_tables(
+    switch: SwitchDouble, make_controller: ControllerFactory
+) -> None:
+    """`make run BUILD=compact`: the controller pushes the compact build and compiles the rules
+    for its tables (entries per bank from the pushed P4Info, not the default build's)."""
+    program = p4_program_dir("compact")
+    controller = make_controller(
+        switch, pipeline=Pipeline(program / "opengate.p4info.txtpb", program / "opengate.json")
+    )
+    [state] = controller.states.values()
+    limits = state.conn.classifier_limits
+    assert limits[pc.T_ACL_ADDR_PAIR] == 32768 and limits[pc.T_IDS_CLASSIFICATION] == 32768
+    assert limits[pc.T_SA_SEGMENT] == pc.TABLE_SIZES[pc.T_SA_SEGMENT] // 2  # not a chain table
+    assert pc.TABLE_SIZES[pc.T_ACL_ADDR_PAIR] // 2 == 524288  # the default build's
+    [npm] = controller.hsm_status().values()
+    stats = npm["stats"]
+    assert stats is not None
+    for table in stats["tables"]:
+        assert npm["fill"][table["table"]] == round(table["entries"] / limits[table["table"]], 4)
 
 
 def test_counters_give_what_the_npm_counted(

@@ -149,6 +149,31 @@ def test_compile_against_the_table_sizes_of_another_build(
     assert code == 2 and f"--p4info {broken}:" in err
 
 
+COMPACT_P4INFO = Path(__file__).parents[2] / "p4src/build/compact/opengate.p4info.txtpb"
+
+
+def test_the_compact_build_holds_acl1_1k_in_its_other_partitions(
+    classbench_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The compact build (`make run BUILD=compact`) gives the HSM chains' tables 32,768 entries
+    a bank: acl1_1k, which HSM alone fits in the default build (241,472 entries in
+    acl_verdict), takes the other ACL partitions there, and every table stays within the
+    compact budget."""
+    rules = str(classbench_dir / "acl1_1k")
+    code, out, _ = _run(["hsm", "compile", rules, "--no-fallback", "--stats"], capsys)
+    assert code == 0 and "hybrid:" not in out
+    argv = ["hsm", "compile", rules, "--no-fallback", "--stats", "--p4info", str(COMPACT_P4INFO)]
+    code, out, _ = _run(argv, capsys)
+    assert code == 0 and "in acl2_*" in out, out
+    limits = limits_from_p4info(COMPACT_P4INFO)
+    assert limits[schema.ACL_CHAIN.final] == 32768
+    rows = re.findall(r"^(\w+)\s+(\d+)\s+\d+$", out, re.MULTILINE)
+    assert rows
+    for table, entries in rows:
+        if table != "total":
+            assert int(entries) <= limits[table], (table, entries)
+
+
 TNA_SIZES = {
     name: int(size)
     for name, size in re.findall(
