@@ -30,6 +30,7 @@ from opengate.netutil import delete_link, free_tcp_port, stop_process, wait_for_
 from opengate.p4info import P4Schema
 from opengate.p4rt import P4RuntimeClient
 from opengate.target import (
+    P4_BUILDS,
     TargetChoice,
     p4_program_dir,
     repo_root,
@@ -292,13 +293,14 @@ class GatewayNetwork:
     _http: httpx.Client | None = None
     _name_locks: list[int] = field(default_factory=list)  # claim_names: held while it runs
 
+    def __post_init__(self) -> None:
+        if self.p4_build not in P4_BUILDS:  # before anything starts
+            raise ConfigError(f"unknown P4 build {self.p4_build!r}: one of {', '.join(P4_BUILDS)}")
+
     @property
     def program_dir(self) -> Path:
         """Where the BMv2 JSON and P4Info the controllers push are (the `p4_build`)."""
-        try:
-            return p4_program_dir(self.p4_build)
-        except ValueError as error:
-            raise ConfigError(str(error)) from None
+        return p4_program_dir(self.p4_build)
 
     def __enter__(self) -> GatewayNetwork:
         try:
@@ -427,10 +429,8 @@ class GatewayNetwork:
             f"sqlite:///{database}",
             "--state-dir",
             str(state_dir),
-            "--p4info",
-            str(self.program_dir / "opengate.p4info.txtpb"),
-            "--device-config",
-            str(self.program_dir / "opengate.json"),
+            "--build",
+            self.p4_build,
             "--api-socket",
             str(socket_path),
             # the rules the SPMs run, where the web console finds an alert's rule text

@@ -1,5 +1,5 @@
-"""`opengate controller run` as a process: it serves the API with its token, and SIGTERM stops
-it cleanly without touching the switch's tables."""
+"""`opengate controller run` as a process: it pushes the build it is given, serves the API with
+its token, and SIGTERM stops it cleanly without touching the switch's tables."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ def test_controller_process_serves_the_api_and_stops_on_sigterm(
         sys.executable, "-c", LAUNCH, "--log-level", "info", "controller", "run",
         "--policy", str(lab), "--npm", f"npm1={switch.address},1", "--api", f"127.0.0.1:{port}",
         "--token-file", str(token_file), "--state-dir", str(tmp_path / "state"),
+        "--build", "compact",
     ]  # fmt: skip
     log = tmp_path / "controller.log"
     with log.open("wb") as out:
@@ -49,6 +50,8 @@ def test_controller_process_serves_the_api_and_stops_on_sigterm(
             return str(httpx.get(url, headers=headers, timeout=10).json()["npms"]["npm1"]["role"])
 
         wait_until("the controller to be the primary", lambda: role() == "primary", timeout=20)
+        pushed = f"pushed the pipeline {repo_root() / 'p4src/build/compact/opengate.json'}"
+        wait_until("the compact build pushed", lambda: pushed in log.read_text(), timeout=20)
         assert httpx.get(url, timeout=10).status_code == 401
         entries = len(switch.table_entries(pc.T_PORT_ROLE))
         process.send_signal(signal.SIGTERM)
