@@ -60,7 +60,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 # Package scope: the last topology is stopped once the package's tests are done, not at the end
-# of the whole run (two BMv2 NPMs hold about 8 GB, which the PTF suite's BMv2 then needs).
+# of the whole run (a BMv2 of the default build holds about 4 GB, which the PTF suite's BMv2
+# then needs).
 @pytest.fixture(scope="package")
 def topologies() -> Iterator[Topologies]:
     skip_unless_root("the Mininet topology")
@@ -79,8 +80,9 @@ def gateway(topologies: Topologies) -> GatewayNetwork:
 
 @pytest.fixture
 def two_npms(topologies: Topologies) -> GatewayNetwork:
-    """Two NPMs sharing the SPM pool (topo/gateway-2npm.yaml)."""
-    return topologies.get("gateway-2npm.yaml", spm_bypass=SPM_BYPASS)
+    """Two NPMs sharing the SPM pool (topo/gateway-2npm.yaml), running the compact build: two
+    BMv2s of the default build take 8 GB, and the compact build gets its end-to-end run."""
+    return topologies.get("gateway-2npm.yaml", spm_bypass=SPM_BYPASS, p4_build="compact")
 
 
 @pytest.fixture
@@ -90,4 +92,4 @@ def two_sites(topologies: Topologies) -> GatewayNetwork:
 
     if find_charon() is None:
         pytest.skip("charon-systemd is not installed (Debian package charon-systemd)")
-    return topologies.get("gateway-2site.yaml")
+    return topologies.get("gateway-2site.yaml", p4_build="compact")  # two NPMs, as above

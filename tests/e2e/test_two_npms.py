@@ -9,6 +9,10 @@ from typing import Any
 
 import pytest
 
+from opengate import p4constants as pc
+from opengate.p4info import P4Schema
+from opengate.p4rt import P4RuntimeClient
+from opengate.target import p4_build_dir
 from tests.e2e.udp_probe import FLOWS, STEP, assert_answered, run_probe
 from tests.helpers import wait_for
 from topo.net import GatewayNetwork
@@ -24,6 +28,21 @@ def _sessions(network: GatewayNetwork, npm: str) -> list[dict[str, Any]]:
     params = {"npm": npm, "limit": 100_000}
     rows: list[dict[str, Any]] = network.api("GET", "/api/v1/sessions", params=params)["sessions"]
     return rows
+
+
+def test_both_npms_run_the_compact_build(two_npms: GatewayNetwork) -> None:
+    """What each switch was given (its forwarding pipeline config, read back over P4Runtime):
+    the compact build's P4Info and device config, with its smaller classifier tables."""
+    program = two_npms.program_dir
+    assert program == p4_build_dir() / "compact"
+    devices = {npm.name: npm.device_id for npm in two_npms.spec.npms}
+    for npm in SITES:
+        address = two_npms.net.get(npm).grpc_address
+        with P4RuntimeClient(address, devices[npm]).connect(stream=False) as client:
+            config = client.get_pipeline()
+        sizes = {t.preamble.name: t.size for t in config.p4info.tables}
+        assert sizes[pc.T_ACL_ADDR_PAIR] == sizes[pc.T_IDS_CLASSIFICATION] == 65536, npm
+        assert config.p4info == P4Schema.load(program / "opengate.p4info.txtpb").p4info, npm
 
 
 def test_each_site_reaches_its_own_outside_server(two_npms: GatewayNetwork) -> None:
