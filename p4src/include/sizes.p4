@@ -3,11 +3,11 @@
 #ifndef OPENGATE_SIZES_P4
 #define OPENGATE_SIZES_P4
 
-// The HSM chains' exact tables (addr pair, port pair, final; both banks). 1,048,576 entries hold
-// rule sets of 10,000 ClassBench rules; BMv2 allocates every entry's bookkeeping when the program
-// is pushed (about 3.9 GB for the 21 tables). The compact build (-DWITH_COMPACT_TABLES,
-// p4src/build/compact/) gives them 65,536 each for a laptop's BMv2: rule sets of about a thousand
-// rules, the example policy with the community rules among them.
+// The HSM chains' exact tables (addr pair, port pair, final; both banks). BMv2 allocates every
+// entry's bookkeeping when the program is pushed: 3.8 GB with 1,048,576 entries each. The compact
+// build (-DWITH_COMPACT_TABLES, p4src/build/compact/) gives them 65,536 each for a laptop's BMv2
+// (0.8 GB); the ClassBench 1k and 10k sets still fit, spread over more of the ACL's partitions
+// (more lookups for a flow's first packet), and a larger set fits only the default build.
 #ifdef WITH_COMPACT_TABLES
 #define HSM_CHAIN_TABLE_SIZE      65536
 #else
