@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import re
 import subprocess
 import threading
 from collections.abc import Iterator, Sequence
@@ -214,9 +215,14 @@ def test_initiate_while_the_tunnel_starts_waits_for_it(sites: TwoSites) -> None:
     rules = [
         "add table inet og_hold",
         "add chain inet og_hold in { type filter hook input priority 0; }",
-        "add rule inet og_hold in udp dport 500 @th,208,8 35 drop",
-        "add rule inet og_hold in udp dport 4500 @th,240,8 35 drop",
+        "add rule inet og_hold in udp dport 500 @th,208,8 35 counter drop",
+        "add rule inet og_hold in udp dport 4500 @th,240,8 35 counter drop",
     ]
+
+    def held() -> int:
+        listing = sites.b.run("nft", "list table inet og_hold").stdout
+        return sum(int(n) for n in re.findall(r"counter packets (\d+)", listing))
+
     sites.b.run("nft", "; ".join(rules))
     try:
         _load_pair(sites, a, b)
@@ -233,6 +239,8 @@ def test_initiate_while_the_tunnel_starts_waits_for_it(sites: TwoSites) -> None:
 
         thread = threading.Thread(target=run_initiate)
         thread.start()
+        # let it go only once it was held (on a loaded machine IKE_SA_INIT may take a while)
+        wait_for("the IKE_AUTH request held back", lambda: held() >= 1)
     finally:
         sites.b.run("nft", "delete table inet og_hold")
     thread.join(timeout=30)
