@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from bench.bench_rematch import EXAMPLE, example_with
 from controller.classifier import acl_rules, ids_rules
 from controller.hsm.cli import limits_from_p4info
 from controller.hsm.compile import TableOverflow
@@ -37,7 +38,6 @@ from opengate.target import (
     TargetChoice,
     TargetError,
     p4_program_dir,
-    repo_root,
     select_target,
     shared_data_dir,
 )
@@ -81,35 +81,24 @@ def memory(pushes: int, folder: Path) -> list[tuple[str, str, float, list[float]
 
 def rule_sets() -> Iterator[tuple[str, str]]:
     """(name, policy text) of the rule sets compiled."""
-    path = repo_root() / "controller" / "examples" / "gateway.yaml"
-    text = path.read_text()
-    yield "example policy", text
+    yield "example policy", example_with()
     data = shared_data_dir()
     community = data / "snort" / "snort3-community.rules"
     if not community.exists():
         print(f"(no {community}: the example policy alone)", file=sys.stderr)
         return
-    text = text.replace("rules: gateway.rules", f"rules: {community}")
-    yield "example + community rules", text
-    last = "action: deny}\n\nids:"  # the end of the example's ACL rules
-    assert last in text, "the example policy's ACL does not end as expected"
+    yield "example + community rules", example_with(community)
     for name in ("acl1_1k", "fw1_1k", "ipc1_1k", "acl1_10k", "fw1_10k", "ipc1_10k"):
         acl = data / "classbench" / name
         if acl.exists():
-            added = f"action: deny}}\n  classbench: {{file: {acl}, action: permit}}\n\nids:"
-            yield f"example + {name} + community rules", text.replace(last, added)
+            yield f"example + {name} + community rules", example_with(community, acl)
 
 
-def fits(folder: Path) -> list[tuple[str, str, str]]:
+def fits() -> list[tuple[str, str, str]]:
     """(rule set, build, what the compile gave)."""
-    examples = repo_root() / "controller" / "examples"
     rows = []
     for name, text in rule_sets():
-        # beside the example, whose relative paths (its IDS rules file) it keeps
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=examples) as handle:
-            handle.write(text)
-            handle.flush()
-            policy = load_policy(Path(handle.name))
+        policy = load_policy(EXAMPLE, text)  # beside the example, for its relative paths
         acl, ids = acl_rules(policy), ids_rules(policy)
         for build in P4_BUILDS:
             limits = limits_from_p4info(p4_program_dir(build) / "opengate.p4info.txtpb")
@@ -154,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("| rule set | build | classifier |")
     print("|---|---|---|")
-    for name, build, what in fits(Path(folder)):
+    for name, build, what in fits():
         print(f"| {name} | {build} | {what} |")
     return 0
 

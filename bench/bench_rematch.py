@@ -39,21 +39,30 @@ from topo.model import with_first_acl_rule, without_inspection
 DENY = {"name": "no-smtp", "src": "inside", "proto": "tcp", "dport": 25, "action": "deny"}
 
 
+EXAMPLE = repo_root() / "controller" / "examples" / "gateway.yaml"
+
+
+def example_with(ids_rules: Path | None = None, classbench: Path | None = None) -> str:
+    """The example policy's text, with `ids_rules` as its IDS rules file and a ClassBench set
+    added after its own ACL rules (permitted)."""
+    text = EXAMPLE.read_text()
+    if classbench is not None:
+        last = "action: deny}\n\nids:"  # the end of the example's ACL rules
+        assert last in text, "the example policy's ACL does not end as expected"
+        added = f"action: deny}}\n  classbench: {{file: {classbench}, action: permit}}\n\nids:"
+        text = text.replace(last, added)
+    if ids_rules is not None:
+        text = text.replace("rules: gateway.rules", f"rules: {ids_rules}")
+    return text
+
+
 def policies() -> list[tuple[str, Path, str]]:
     """(name, path, text) of the policies measured."""
-    path = repo_root() / "controller" / "examples" / "gateway.yaml"
-    text = path.read_text()
-    out = [("example", path, text)]
+    out = [("example", EXAMPLE, example_with())]
     data = shared_data_dir()
     acl, rules = data / "classbench" / "acl1_10k", data / "snort" / "snort3-community.rules"
     if acl.exists() and rules.exists():
-        last = "action: deny}\n\nids:"  # the end of the example's ACL rules
-        assert last in text, "the example policy's ACL does not end as expected"
-        big = text.replace(
-            last, f"action: deny}}\n  classbench: {{file: {acl}, action: permit}}\n\nids:"
-        )
-        big = big.replace("rules: gateway.rules", f"rules: {rules}")
-        out.append(("example + acl1_10k + community rules", path, big))
+        out.append(("example + acl1_10k + community rules", EXAMPLE, example_with(rules, acl)))
     else:
         print(f"(no {acl} or {rules}: the example policy alone)", file=sys.stderr)
     return out

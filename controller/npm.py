@@ -126,6 +126,11 @@ class NpmConnection:
         self.metrics = metrics
         self.sink = sink
         self.schema, self._config, self.cookie = pipeline.load()
+        # Entries per bank of each classification table in this NPM's program (builds differ:
+        # the compact build's chain tables are a sixteenth of the default's).
+        self.classifier_limits = hsm_schema.program_limits(
+            {t.name: t.size for t in self.schema.tables.by_id.values()}
+        )
         self.client: _Client | None = None
         self.log = logging.LoggerAdapter(LOG, {"npm": self.name})
         self._write_failures = ThrottledWarning(LOG, "updates failed")
@@ -140,13 +145,6 @@ class NpmConnection:
         """Names of the tables and meters this NPM's program has (builds differ: no
         data-plane sessions on TNA)."""
         return frozenset(self.schema.tables.by_name) | frozenset(self.schema.meters.by_name)
-
-    @property
-    def classifier_limits(self) -> dict[str, int]:
-        """Entries per bank of each classification table in this NPM's program (builds differ:
-        the compact build's HSM tables are a sixteenth of the default's)."""
-        tables = self.schema.tables.by_id.values()
-        return hsm_schema.program_limits({t.name: t.size for t in tables})
 
     @property
     def slots_retire_themselves(self) -> bool:

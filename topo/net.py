@@ -30,7 +30,6 @@ from opengate.netutil import delete_link, free_tcp_port, stop_process, wait_for_
 from opengate.p4info import P4Schema
 from opengate.p4rt import P4RuntimeClient
 from opengate.target import (
-    P4_BUILDS,
     TargetChoice,
     p4_program_dir,
     repo_root,
@@ -294,8 +293,10 @@ class GatewayNetwork:
     _name_locks: list[int] = field(default_factory=list)  # claim_names: held while it runs
 
     def __post_init__(self) -> None:
-        if self.p4_build not in P4_BUILDS:  # before anything starts
-            raise ConfigError(f"unknown P4 build {self.p4_build!r}: one of {', '.join(P4_BUILDS)}")
+        try:  # an unknown build, before anything starts
+            p4_program_dir(self.p4_build)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
 
     @property
     def program_dir(self) -> Path:

@@ -226,6 +226,11 @@ def parse_sa(name: str, data: Mapping[str, Any]) -> IkeSa:
     )
 
 
+def _up(sa: IkeSa) -> bool:
+    """The IKE SA is established with an installed CHILD SA: the tunnel carries traffic."""
+    return sa.state == "ESTABLISHED" and any(c.state == "INSTALLED" for c in sa.children)
+
+
 # -- the control -------------------------------------------------------------------------------
 
 
@@ -354,10 +359,7 @@ class IpsecControl:
                 mine = [sa for sa in self.sas() if sa.name == name]
             except (SessionException, OSError) as error:
                 raise IpsecError(f"tunnel {name}: no answer from charon: {error}") from None
-            if any(
-                sa.state == "ESTABLISHED" and any(c.state == "INSTALLED" for c in sa.children)
-                for sa in mine
-            ):
+            if any(_up(sa) for sa in mine):
                 return True
             with self._lock:
                 events = self._events.get(name)
@@ -423,12 +425,7 @@ class IpsecControl:
 
     def established(self, name: str) -> bool:
         """An IKE SA of the tunnel is up with an installed CHILD SA."""
-        return any(
-            sa.name == name
-            and sa.state == "ESTABLISHED"
-            and any(c.state == "INSTALLED" for c in sa.children)
-            for sa in self.sas()
-        )
+        return any(sa.name == name and _up(sa) for sa in self.sas())
 
     def last_error(self, name: str) -> str | None:
         with self._lock:
