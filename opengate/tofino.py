@@ -8,8 +8,10 @@ directory (build-tofino/, not committed); this module then writes, under p4src/b
   text reports (table summary, PHV allocation summary), so that a reader needs no tool;
 - `<target>-<profile>.p4info.txtpb`: the P4Info bf-p4c made, which a test compares with the
   v1model P4Info (same tables, keys, actions and parameters);
-- `SOURCES.sha256`: the digest of the P4 sources the summaries were made from, which a test
-  compares with the sources of today.
+- `SOURCES.sha256`: the digest of what bf-p4c read for those builds (the TNA shell after the C
+  preprocessor, for each build's target and defines), which a test compares with today's: a
+  change that only the v1model builds see (sizes.p4, code under `#ifdef OG_DP_SESSIONS` of the
+  same length) leaves the summaries fresh.
 
 Nothing bf-p4c builds for the device (tofino.bin, context.json) is kept.
 """
@@ -20,9 +22,11 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -96,13 +100,51 @@ def p4_sources(root: Path) -> list[Path]:
     )
 
 
+TNA_SHELL = "p4src/opengate_tna.p4"
+# `#include <...>`: the architecture's own files (core.p4, tna.p4, t2na.p4), which come with the
+# compiler, not from p4src/.
+SYSTEM_INCLUDE = re.compile(r"^\s*#\s*include\s*<([^>]+)>", re.MULTILINE)
+
+
+class PreprocessorMissingError(RuntimeError):
+    """No C preprocessor (`cpp`, from build-essential) to say what bf-p4c reads."""
+
+
+def preprocessed(build: Build, root: Path) -> str:
+    """The TNA shell as bf-p4c's preprocessor gives it to the compiler for `build` (its
+    __TARGET_TOFINO__ and defines), line markers included (bf-p4c names the tables it makes
+    after source lines), with the architecture's own files left empty."""
+    cpp = shutil.which("cpp")
+    if cpp is None:
+        raise PreprocessorMissingError(
+            "cpp (the C preprocessor, Debian's build-essential, which `make setup` installs) "
+            "is not installed: without it the Tofino summaries' freshness cannot be checked"
+        )
+    system = sorted(
+        {name for path in p4_sources(root) for name in SYSTEM_INCLUDE.findall(path.read_text())}
+    )
+    with tempfile.TemporaryDirectory(prefix="og-tna-arch-") as stubs:
+        for name in system:
+            (Path(stubs) / name).parent.mkdir(parents=True, exist_ok=True)
+            (Path(stubs) / name).write_text("")
+        generation = "2" if build.target == "tofino2" else "1"
+        argv = [cpp, "-undef", "-nostdinc", "-w", "-I", "p4src", "-I", stubs]
+        argv += [f"-D__TARGET_TOFINO__={generation}", *build.defines, TNA_SHELL]
+        done = subprocess.run(argv, cwd=root, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"cpp failed on {TNA_SHELL} for {build.name}: {done.stderr}")
+        return done.stdout.replace(stubs, "<arch>")
+
+
 def sources_digest(root: Path) -> str:
-    """One SHA-256 over the P4 sources (paths and contents), in a stable order."""
+    """One SHA-256 over what bf-p4c reads for each of BUILDS (`preprocessed`), in their order."""
     digest = hashlib.sha256()
-    for path in p4_sources(root):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
+    for build in BUILDS:
+        digest.update(build.name.encode() + b"\0" + preprocessed(build, root).encode() + b"\0")
     return digest.hexdigest()
+
+
+SOURCES_LINE = "  p4src/opengate_tna.p4 as preprocessed for each build\n"
 
 
 def compile_one(bf_p4c: str, build: Build, root: Path, work: Path) -> tuple[Path, float, int]:
@@ -266,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         failed += status != 0
         print(f"  {elapsed:.0f} s, exit status {status} -> {summary.relative_to(root)}")
     if not args.only:
-        (dest / "SOURCES.sha256").write_text(sources_digest(root) + "  p4src/**/*.p4\n")
+        (dest / "SOURCES.sha256").write_text(sources_digest(root) + SOURCES_LINE)
     return 1 if failed else 0
 
 
