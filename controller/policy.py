@@ -65,6 +65,7 @@ CPU_REASONS = {
     "acl": pc.CPU_REASON_ACL,
     "ttl_expired": pc.CPU_REASON_TTL_EXPIRED,
     "no_route": pc.CPU_REASON_NO_ROUTE,
+    "session_collision": pc.CPU_REASON_SESSION_COLLISION,
 }
 MAX_CLASS_ID = (1 << 8) - 1
 MAX_PORT_NUMBER = (1 << 9) - 2  # 9-bit ports; 511 is unused, 255 is the CPU port

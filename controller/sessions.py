@@ -282,8 +282,10 @@ class SessionManager:
             self._promote(npm, list(known_sessions.values()), "sessions (long-lived)")
 
     def on_packet_ins(self, events: Sequence[Any]) -> None:
-        """PacketIn events: NAT session set-up (and ACL to-CPU packets, and packets whose TTL
-        ran out or that no route takes, which the gateway answers: controller.gateway_icmp)."""
+        """PacketIn events: session set-up for NAT flows and for flows whose two candidate
+        slots the data plane found held (a collision: the packet waits here until its session is
+        written), and ACL to-CPU packets, and packets whose TTL ran out or that no route takes,
+        which the gateway answers (controller.gateway_icmp)."""
         pending: dict[str, list[_Pending]] = {}
         reinject: list[tuple[str, bytes]] = []
         now = dt.datetime.now(dt.UTC)
@@ -315,7 +317,7 @@ class SessionManager:
                 )
                 if self.policy.sessions.acl_to_cpu != "permit":
                     continue
-            elif reason != pc.CPU_REASON_SESSION_NAT:
+            elif reason not in (pc.CPU_REASON_SESSION_NAT, pc.CPU_REASON_SESSION_COLLISION):
                 log.warning("%s: packet-in with unknown reason %d; dropped", event.npm, reason)
                 continue
             existing = self.find(event.npm, key)

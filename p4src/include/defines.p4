@@ -87,7 +87,8 @@ const cpu_reason_t CPU_REASON_SESSION_NAT = 1;  // opening packet of a session t
 const cpu_reason_t CPU_REASON_ACL         = 2;  // an ACL rule says to-CPU
 const cpu_reason_t CPU_REASON_TTL_EXPIRED = 3;  // from an inside host, its TTL runs out here
 const cpu_reason_t CPU_REASON_NO_ROUTE    = 4;  // from an inside host, no route takes it
-const bit<32> CPU_REASON_COUNT = 5;
+const cpu_reason_t CPU_REASON_SESSION_COLLISION = 5;  // opening packet, no NAT, both slots held
+const bit<32> CPU_REASON_COUNT = 6;
 
 // ACL verdicts.
 const acl_verdict_t ACL_DENY   = 0;

@@ -11,12 +11,14 @@ Only the v1model build has data-plane sessions; both v1model targets run these t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from ptf import testutils
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 from test_dp_nat import DataPlaneNatTest, returned_from_spm
-from test_dp_session import INSPECTED, to_spm
+from test_dp_session import INSPECTED, Flow, to_spm
 
 from opengate import p4constants as pc
 from opengate.entries import Exact, TableEntry
@@ -239,15 +241,24 @@ class InspectedForwardSeenAsItArrived(DataPlaneForwardTest):
 
 
 class FullCandidatesUndoTheForward(DataPlaneForwardTest):
-    """Three forwarded flows whose keys hash alike (client and public ports with the same XOR
-    and the same sum: a bit only one of them has moves to the other): two take the two candidate
-    slots, the third is undone and goes to the controller exactly as it arrived (packet-in,
-    counted); nothing of it leaves."""
+    """Three forwarded flows (found with the slots' model, each to a public port of its own):
+    two take a slot each, the third, whose two candidate slots are theirs, is undone and goes to
+    the controller exactly as it arrived (packet-in, counted); nothing of it leaves."""
 
     def runTest(self) -> None:
         self.classify_everything()
-        pairs = [(50000, PUBLIC_PORT), (50000 + 128, PUBLIC_PORT - 128)]  # bit 7: 8080's alone
-        pairs.append((50000 + 1024, PUBLIC_PORT - 1024))  # bit 10: 8080's alone
+
+        def clients(public_ports: range) -> Iterator[Flow]:
+            # a forward's slot is keyed by its public end: client -> GW_OUT_IP:public
+            for public in public_ports:
+                for client in range(1024, 65536):
+                    yield HOST_OUT, GW_OUT_IP, client, public
+
+        held = self.slot_candidates((HOST_OUT, GW_OUT_IP, 50000, PUBLIC_PORT))
+        second, third = self.colliding(
+            held, clients(range(9000, 9500)), clients(range(9500, 10000))
+        )
+        pairs = [(50000, PUBLIC_PORT), (second[2], second[3]), (third[2], third[3])]
         for n, (_, public) in enumerate(pairs):
             self.forward_in_data_plane(pc.IP_PROTO_TCP, public, TARGET_PORT + n)
         for n, (client, public) in enumerate(pairs[:2]):

@@ -20,7 +20,6 @@ from test_dp_session import (
     HOST_IN_ALT,
     HOST_IN_THIRD,
     HOST_OUT_ALT,
-    HOST_OUT_THIRD,
     INSPECTED,
     DataPlaneSessionTest,
     to_spm,
@@ -252,19 +251,30 @@ class OnlyTheFlowsOwnReplyIsTranslated(DataPlaneNatTest):
 
 
 class FullCandidatesFallBackThenAgedPortIsReused(DataPlaneNatTest):
-    """Three masqueraded flows with the same key: two take the two candidate ports, the third
-    goes to the controller (packet-in, counted). Once the first two have aged out, the third
-    takes a port of theirs."""
+    """Three masqueraded flows (found with the slots' model): two take a port each, and the
+    third, whose two candidate ports are theirs, goes to the controller (packet-in, counted).
+    Once the first two have aged out, the third takes a port of theirs."""
 
     def runTest(self) -> None:
         self.classify_everything()
         self.masquerade_in_data_plane()
         # Alive until the third has fallen back, however slow the machine; then about 0.4 s.
         self.set_ageing(6, idle=100_000, closing=10)
+        (alt_dst, alt_port), (third_dst, third_port) = self.colliding_flows(nat=True)
         first = self.opened(refresh(tcp_packet(flags="S")))
-        second = self.opened(refresh(tcp_packet(src=HOST_IN_ALT, dst=HOST_OUT_ALT, flags="S")))
+        second = self.opened(
+            refresh(tcp_packet(src=HOST_IN_ALT, dst=alt_dst, sport=alt_port, flags="S"))
+        )
         self.assertNotEqual(first, second)
-        third = refresh(tcp_packet(src=HOST_IN_THIRD, dst=HOST_OUT_THIRD, flags="S"))
+        # the port is the block's base plus the slot: the model's first candidate, for both
+        self.assertEqual(
+            (first, second),
+            (
+                BASE + self.candidates(nat=True)[0],
+                BASE + self.candidates(HOST_IN_ALT, alt_dst, alt_port, nat=True)[0],
+            ),
+        )
+        third = refresh(tcp_packet(src=HOST_IN_THIRD, dst=third_dst, sport=third_port, flags="S"))
         testutils.send_packet(self, INSIDE, bytes(third))
         packet_in = self.client.get_packet_in(timeout=5)
         self.assertIsNotNone(packet_in, "no packet-in for the flow with no free port")
@@ -272,7 +282,9 @@ class FullCandidatesFallBackThenAgedPortIsReused(DataPlaneNatTest):
         self.assertEqual(self.events(pc.FLOW_EVENT_NAT_FULL), 1)
         self.change_ageing(6, idle=400, closing=10)
         time.sleep(1.5)  # the condition under test is time itself: three idle periods pass
-        again = self.opened(refresh(tcp_packet(src=HOST_IN_THIRD, dst=HOST_OUT_THIRD, flags="S")))
+        again = self.opened(
+            refresh(tcp_packet(src=HOST_IN_THIRD, dst=third_dst, sport=third_port, flags="S"))
+        )
         self.assertIn(again, (first, second))
         self.wait_events(pc.FLOW_EVENT_RECLAIMED, 1)
         self.assert_dropped(OUTSIDE, bytes(answer_tcp(again, src=HOST_OUT)), pc.DROP_NO_SESSION)

@@ -187,6 +187,28 @@ def test_masquerade_packet_in_allocates_installs_and_reinjects(
     )
 
 
+def test_a_collision_waits_at_the_controller_for_its_routed_session(
+    switch: SwitchDouble, make_controller: ControllerFactory
+) -> None:
+    """An opening packet whose two data-plane slots were held (CPU_REASON_SESSION_COLLISION), of
+    a flow that needs no NAT (out1 -> h1: no masquerade that way): both directions installed as
+    the data plane classified it, no binding, then the packet sent on through the pipeline."""
+    controller = make_controller(switch)
+    frame = syn(OUT1, H1, 50000, 22)
+    meta = packet_in_meta(pc.CPU_REASON_SESSION_COLLISION, ingress_port=2, ids_class=1, spm_port=3)
+    switch.inject_packet_in(frame, meta)
+    payload, out = wait_until("the packet-out", lambda: switch.packet_out(0.05))
+    assert payload == frame
+    assert out == {"egress_port": 0, "submit_to_ingress": 1, "end_flow": 0, "_pad": 0}
+    forward = {"class_id": 1, "spm_port": 3, "spm_mac": SPM1_MAC}
+    assert session_entries(switch) == [
+        expected_entry(controller, key(OUT1, H1, pc.IP_PROTO_TCP, 50000, 22), **forward),
+        expected_entry(controller, key(H1, OUT1, pc.IP_PROTO_TCP, 22, 50000), **forward),
+    ]
+    (row,) = wait_until("the session in the DB", lambda: db_sessions(controller))
+    assert (row["src"], row["dst"], row["nat_kind"]) == (ip(OUT1), ip(H1), pc.NAT_NONE)
+
+
 def test_masquerade_keeps_the_source_port_when_free(
     switch: SwitchDouble, make_controller: ControllerFactory
 ) -> None:

@@ -2,7 +2,7 @@
 //
 // Data-plane sessions (where the shell defines OG_DP_SESSIONS): a table of FLOW_SLOTS slots in
 // registers. Two hashes (crc32 of the key's fields in two orders) of the direction-agnostic flow
-// key (the XORs Steering computes) give each flow two candidate slots, the same for both directions; a flow lives in
+// key (its two ends in order, the lower first) give each flow two candidate slots, the same for both directions; a flow lives in
 // either, and a new flow takes the first one no live flow holds. A slot holds the flow's full 5-tuple as its
 // first packet arrived (never a fingerprint: a slot admits only its own flow, in either
 // direction), its state word (protocol, flags, IDS class), its SPM and the time it was last seen.
@@ -10,8 +10,10 @@
 //   has aged out, and is forwarded with a digest: the reply and every later packet of both
 //   directions are admitted by the slot at once, steered to the same SPM, while the controller
 //   installs the exact-match entries (counters, idle timeout, block, bypass) off the critical path.
-// - Both candidates held by other live flows is a collision: the packet takes the controller path, as
-//   before data-plane sessions (digest, and the reply waits for the exact entries). Counted.
+// - Both candidates held by other live flows is a collision: the packet goes to the controller
+//   (packet-in, CPU_REASON_SESSION_COLLISION), which writes its session and sends it on, so that
+//   its reply never comes back before the session exists. Counted. (Tofino's collisions still
+//   go on with a digest, the reply waiting for the exact entries.)
 // - Once a direction's exact entry is hit, the slot is marked installed for that direction and
 //   only refreshed by it; if a packet of that direction later finds the slot but no exact
 //   entry, the controller has removed the session (idle, close, block expiry, API): the slot is
@@ -231,16 +233,28 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         size = NAT_TABLE_SIZE;
     }
 
-    // A flow's two candidate slots, from its direction-agnostic key: crc32 of the fields, and
-    // crc32 of the same fields in another order (crc16's 16 bits would reach only the first
-    // 65,536 slots).
+    // A flow's two candidate slots (src:sport -> dst:dport, either direction). The key is the
+    // flow's two ends in order (by address, then port: the lower end first), the same for both
+    // directions and never the same for two flows; slot 0 is crc32 of its fields, slot 1 crc32
+    // of them in the reverse order (crc16 would reach only the first 65,536 slots). On floods
+    // from one host, port scans and many hosts' flows the pair collides as often as two random
+    // choices (tests/test_slot_hashes.py; opengate/flow_slots.py is this in Python). crc32 is
+    // linear: it is the key, not the hash, that must tell flows apart. The XORs and sums of
+    // the addresses and of the ports, the key before, gave (a, b) and (a ^ m, b ^ m) one key
+    // for any bits m that a and b do not share: a host's flows to neighbouring ports took each
+    // other's slots, and a flood's third phase met a collision in one flow of twelve, not of
+    // 400. (TNA's slots, arch/tna_flow_slots.p4, still hash the XORs and sums.)
     @hidden
-    action candidate_slots(in bit<32> addr_mix, in bit<32> addr_sum, in bit<8> proto,
-                           in l4_port_t port_mix, in l4_port_t port_sum,
-                           out flow_slot_t slot0, out flow_slot_t slot1) {
-        hash(slot0, HashAlgorithm.crc32, 32w0, { addr_mix, addr_sum, proto, port_mix, port_sum },
+    action candidate_slots(in bit<32> src, in bit<32> dst, in bit<8> proto, in l4_port_t sport,
+                           in l4_port_t dport, out flow_slot_t slot0, out flow_slot_t slot1) {
+        bool low_first = src < dst || (src == dst && sport <= dport);
+        bit<32> lo_addr = low_first ? src : dst;
+        bit<32> hi_addr = low_first ? dst : src;
+        l4_port_t lo_port = low_first ? sport : dport;
+        l4_port_t hi_port = low_first ? dport : sport;
+        hash(slot0, HashAlgorithm.crc32, 32w0, { lo_addr, hi_addr, proto, lo_port, hi_port },
              (bit<32>)FLOW_SLOTS);
-        hash(slot1, HashAlgorithm.crc32, 32w0, { port_sum, port_mix, proto, addr_sum, addr_mix },
+        hash(slot1, HashAlgorithm.crc32, 32w0, { hi_port, lo_port, proto, hi_addr, lo_addr },
              (bit<32>)FLOW_SLOTS);
     }
 
@@ -302,8 +316,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             bit<32> e_ports = meta.key_sport ++ meta.key_dport;
             flow_slot_t e_slot0;
             flow_slot_t e_slot1;
-            candidate_slots(e_src ^ e_dst, e_src + e_dst, hdr.ipv4.protocol,
-                            meta.key_sport ^ meta.key_dport, meta.key_sport + meta.key_dport,
+            candidate_slots(e_src, e_dst, hdr.ipv4.protocol, meta.key_sport, meta.key_dport,
                             e_slot0, e_slot1);
             bit<32> e_state;
             bool e_mine;
@@ -353,8 +366,6 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         bit<32> k_dst = FLOW_DST;
         l4_port_t k_sport = FLOW_SPORT;
         l4_port_t k_dport = FLOW_DPORT;
-        ipv4_addr_t addr_mix = meta.flow_addr_mix;
-        l4_port_t port_mix = meta.flow_port_mix;
         if (dnat_orig) {
             k_src = meta.key_src;
             k_dst = meta.key_dst;
@@ -365,12 +376,6 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                 k_src = meta.dp_dnat_addr;
                 k_sport = meta.dp_dnat_port;
             }
-            addr_mix = k_src ^ k_dst;
-            port_mix = k_sport ^ k_dport;
-        } else if (FLOW_ICMP_ERROR) {
-            // Steering mixed the error's own addresses; the flow's are the quoted packet's.
-            addr_mix = k_src ^ k_dst;
-            port_mix = k_sport ^ k_dport;
         }
         // Back from its SPM, a masqueraded flow's packet is rewritten now: read its slot only.
         bool returned_nat = meta.returned == 1 && nat_flow && l4;
@@ -382,13 +387,9 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
         } else if (dnat_flow) {
             want_nat = FLOW_STATE_DNAT;
         }
-        // Two candidate slots (two hashes of the same key): a flow lives in either, a new flow
-        // takes the first free one, so a collision needs both taken by live flows. The key is
-        // the same for both directions: the XORs and the sums of the addresses and of the ports
-        // (the XORs alone give every (a ^ x, b ^ x) the slots of (a, b): a client's flows to
-        // neighbouring ports shared slots).
-        bit<32> addr_sum = k_src + k_dst;
-        l4_port_t port_sum = k_sport + k_dport;
+        // Two candidate slots (two hashes of the flow's key, candidate_slots): a flow lives in
+        // either, a new flow takes the first free one, so a collision needs both taken by live
+        // flows.
         flow_slot_t slot0 = 0;
         flow_slot_t slot1 = 0;
         bit<32> state0 = 0;
@@ -406,7 +407,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             slot0 = meta.dp_nat_slot;
             slot1 = meta.dp_nat_slot;
         } else if (eligible || returned_nat) {
-            candidate_slots(addr_mix, addr_sum, FLOW_PROTO, port_mix, port_sum, slot0, slot1);
+            candidate_slots(k_src, k_dst, FLOW_PROTO, k_sport, k_dport, slot0, slot1);
             if (nat_flow) {
                 slot0 = slot0 & (NAT_DP_SLOTS - 1);
                 slot1 = slot1 & (NAT_DP_SLOTS - 1);
@@ -565,6 +566,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
             meter_color_t color = METER_GREEN;
             OG_METER_EXECUTE(new_flow_meter, hdr.ipv4.src_addr[11:0], color);
             bool claimed = false;
+            bool collided = false;
             if (OG_METER_IS_RED(color)) {
                 meta.drop_setup = DROP_NEW_FLOW_RATE;
             } else if (eligible && (!nat || nat_flow || meta.dp_dnat == 1)
@@ -619,6 +621,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                     OG_COUNT(flow_event_counter, FLOW_EVENT_NAT_FULL);
                 } else {
                     OG_COUNT(flow_event_counter, FLOW_EVENT_COLLISION);
+                    collided = true;
                 }
             }
             if (meta.drop_setup != 0) {
@@ -636,6 +639,13 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                     meta.nat_addr = meta.key_dst;
                     meta.nat_port = meta.key_dport;
                 }
+            } else if (collided) {
+                // Forwarded with a digest, its reply would come back before the controller's
+                // entries and be dropped (a TCP client then waits a second to send its SYN
+                // again): it waits at the controller instead, which writes the session and
+                // sends it on through the pipeline, as it does a NAT flow's.
+                meta.to_cpu = 1;
+                meta.cpu_reason = CPU_REASON_SESSION_COLLISION;
             } else {
                 meta.send_session_request = 1;
             }
