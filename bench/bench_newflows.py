@@ -88,7 +88,8 @@ def measurement_policy(text: str, udp_idle: int = 2) -> str:
     """No inspection, no CPU meters, no new-flow limit, UDP sessions idle after `udp_idle` s."""
     out = re.sub(r"chain: [\w-]+, ", "", text)
     out = re.sub(r"bypass: (true|false), ", "", out)
-    out = re.sub(r"\ncpu_meters: [^\n]*\n", "\n", out)
+    # the block on one line, or on lines of its own indented below it
+    out = re.sub(r"\ncpu_meters:(?: [^\n]*)?\n(?:[ \t]+[^\n]*\n)*", "\n", out)
     out = re.sub(r"\n  new_flows_per_source: [^\n]*\n", "\n", out)
     out = re.sub(r"udp: \d+", f"udp: {udp_idle}", out)
     return out

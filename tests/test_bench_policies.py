@@ -71,7 +71,13 @@ def test_the_flood_bench_makes_every_variant_of_the_example_policy() -> None:
 
 def test_the_new_flow_bench_makes_its_variants_of_the_measurement_policy() -> None:
     base = measurement_policy(EXAMPLE.read_text(), udp_idle=1)
-    assert all(c.chain is None for c in _load(base).classes)
+    loaded = _load(base)
+    assert all(c.chain is None for c in loaded.classes)
+    # no meter on the path to the CPU, per reason or per source, and no new-flow limit: they
+    # cap the rates on purpose (the example's block spans lines since 2026-11-28, and was kept)
+    assert _load(EXAMPLE.read_text()).cpu_meters, "the example policy has CPU meters"
+    assert (loaded.cpu_meters, loaded.cpu_source_meter) == ({}, None)
+    assert loaded.sessions.new_flows_per_source is None
     keys = ["routed", "ondemand", "npm", "cpm"]
     variants = policy_variants(base, keys, flooder=FLOODER)
     assert set(variants) == set(keys)
