@@ -155,18 +155,25 @@ LOSS_LINE = re.compile(
     r"lost so far: (\d+) frames the receive rings could not hold, .* "
     r"(\d+) digests the digest ring could not hold"
 )
+# the P4Runtime server's bound on what waits for the controller's stream
+STREAM_LINE = re.compile(
+    r"stream held \d+ messages: dropped so far (\d+) digest samples, (\d+) packet-ins"
+)
 
 
-def switch_losses(log: Path) -> tuple[int, int]:
-    """The software switch's receive-ring and digest-ring losses so far, from its last report
-    in `log` (0, 0 when it reported none, or for BMv2, which writes no such line)."""
-    found = (0, 0)
+def switch_losses(log: Path) -> tuple[int, int, int, int]:
+    """The software switch's losses so far, from its last reports in `log`: frames its receive
+    rings and digests its digest ring could not hold, digest samples and packet-ins its stream
+    to the controller could not hold (zeros when it reported none, or for BMv2, which writes no
+    such lines)."""
+    rings, stream = (0, 0), (0, 0)
     if log.exists():
         for line in log.read_text(errors="replace").splitlines():
-            m = LOSS_LINE.search(line)
-            if m:
-                found = (int(m.group(1)), int(m.group(2)))
-    return found
+            if m := LOSS_LINE.search(line):
+                rings = (int(m.group(1)), int(m.group(2)))
+            if m := STREAM_LINE.search(line):
+                stream = (int(m.group(1)), int(m.group(2)))
+    return (*rings, *stream)
 
 
 def lost(r: dict[str, Any]) -> int:
@@ -215,6 +222,7 @@ def one_rate(
     after = switch_losses(log)
     out["ring"] = after[0] - before_losses[0]
     out["digests"] = after[1] - before_losses[1]
+    out["stream"] = (after[2] - before_losses[2], after[3] - before_losses[3])
     return out
 
 
@@ -271,15 +279,16 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "| sessions made by | offered flows/s | sent | arrived | sessions | of them with exact "
         "entries | lost | of them via the CPM (packet-ins) | NPM drops "
-        "| switch ring drops (receive / digest) |"
+        "| switch ring drops (receive / digest) | stream drops (digest samples / packet-ins) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
     for name, rate, r in rows:
         dropped = ", ".join(f"{k} {v}" for k, v in sorted(r["drops"].items())) or "none"
         print(
             f"| {name} | {rate} | {r['sent']} | {r['received']} | {r['installed']} "
             f"| {r['with_entries']} | {lost(r)} "
-            f"| {r['packet_ins']} | {dropped} | {r['ring']} / {r['digests']} |"
+            f"| {r['packet_ins']} | {dropped} | {r['ring']} / {r['digests']} "
+            f"| {r['stream'][0]} / {r['stream'][1]} |"
         )
     best: dict[str, int] = {}
     for name in dict.fromkeys(n for n, _, _ in rows):
