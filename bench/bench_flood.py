@@ -101,6 +101,12 @@ def flooder(spec: Any) -> Any:
     return next(h for h in spec.hosts if h.name == "h2")
 
 
+def flood_ports(i: int, phase: int) -> tuple[int, int]:
+    """(source, destination) port of the flood's `i`th datagram in `phase`: source ports
+    1024-65535, then the next destination port; each phase's destination ports its own."""
+    return 1024 + i % 64512, 20000 + 64 * phase + i // 64512
+
+
 def flood_frames(spec: Any, n: int, phase: int) -> list[bytes]:
     """`n` UDP datagrams from h2 to out1 (18 bytes of UDP), each its own flow: source ports
     1024-65535, then the next destination port; each phase (policy) has destination ports of its
@@ -113,7 +119,7 @@ def flood_frames(spec: Any, n: int, phase: int) -> list[bytes]:
     udp_len = 8 + len(FLOOD_PAYLOAD)
     frames = []
     for i in range(n):
-        sport, dport = 1024 + i % 64512, 20000 + 64 * phase + i // 64512
+        sport, dport = flood_ports(i, phase)
         ip = bytearray(
             struct.pack("!BBHHHBBHII", 0x45, 0, 20 + udp_len, i & 0xFFFF, 0, 64, 17, 0, src, dst)
         )

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bench import bench_flood
 from opengate.flow_slots import candidate_slots, flow_key
 
 SLOTS = 1 << 19
@@ -73,7 +74,7 @@ def _random_pair(flow: Tuple5) -> tuple[int, int]:
 
 
 H2 = int(ipaddress.IPv4Address("10.0.1.11"))
-OUT1 = int(ipaddress.IPv4Address("198.51.100.20"))
+OUT1 = int(ipaddress.IPv4Address(bench_flood.OUT1))
 
 
 def flood(phase: int) -> Iterator[Tuple5]:
@@ -81,7 +82,7 @@ def flood(phase: int) -> Iterator[Tuple5]:
     server, a new source port each, the destination port moving with each phase."""
     for i in range(100_000):
         if i < 2000 or i % 8 == 0:
-            yield H2, OUT1, 17, 1024 + i % 64512, 20000 + 64 * phase + i // 64512
+            yield H2, OUT1, 17, *bench_flood.flood_ports(i, phase)
 
 
 def many_hosts(phase: int) -> Iterator[Tuple5]:
