@@ -19,6 +19,7 @@ Nothing bf-p4c builds for the device (tofino.bin, context.json) is kept.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -28,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,37 +111,43 @@ class PreprocessorMissingError(RuntimeError):
     """No C preprocessor (`cpp`, from build-essential) to say what bf-p4c reads."""
 
 
-def preprocessed(build: Build, root: Path) -> str:
+@contextlib.contextmanager
+def _architecture_stubs(root: Path) -> Iterator[str]:
+    """A folder with an empty file for each architecture file the sources include."""
+    names = {n for path in p4_sources(root) for n in SYSTEM_INCLUDE.findall(path.read_text())}
+    with tempfile.TemporaryDirectory(prefix="og-tna-arch-") as stubs:
+        for name in names:
+            (Path(stubs) / name).parent.mkdir(parents=True, exist_ok=True)
+            (Path(stubs) / name).write_text("")
+        yield stubs
+
+
+def preprocessed(build: Build, root: Path, stubs: str) -> str:
     """The TNA shell as bf-p4c's preprocessor gives it to the compiler for `build` (its
     __TARGET_TOFINO__ and defines), line markers included (bf-p4c names the tables it makes
-    after source lines), with the architecture's own files left empty."""
+    after source lines), with the architecture's own files left empty (`stubs`)."""
     cpp = shutil.which("cpp")
     if cpp is None:
         raise PreprocessorMissingError(
             "cpp (the C preprocessor, Debian's build-essential, which `make setup` installs) "
             "is not installed: without it the Tofino summaries' freshness cannot be checked"
         )
-    system = sorted(
-        {name for path in p4_sources(root) for name in SYSTEM_INCLUDE.findall(path.read_text())}
-    )
-    with tempfile.TemporaryDirectory(prefix="og-tna-arch-") as stubs:
-        for name in system:
-            (Path(stubs) / name).parent.mkdir(parents=True, exist_ok=True)
-            (Path(stubs) / name).write_text("")
-        generation = "2" if build.target == "tofino2" else "1"
-        argv = [cpp, "-undef", "-nostdinc", "-w", "-I", "p4src", "-I", stubs]
-        argv += [f"-D__TARGET_TOFINO__={generation}", *build.defines, TNA_SHELL]
-        done = subprocess.run(argv, cwd=root, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"cpp failed on {TNA_SHELL} for {build.name}: {done.stderr}")
-        return done.stdout.replace(stubs, "<arch>")
+    generation = "2" if build.target == "tofino2" else "1"
+    argv = [cpp, "-undef", "-nostdinc", "-w", "-I", "p4src", "-I", stubs]
+    argv += [f"-D__TARGET_TOFINO__={generation}", *build.defines, TNA_SHELL]
+    done = subprocess.run(argv, cwd=root, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"cpp failed on {TNA_SHELL} for {build.name}: {done.stderr}")
+    return done.stdout.replace(stubs, "<arch>")
 
 
 def sources_digest(root: Path) -> str:
     """One SHA-256 over what bf-p4c reads for each of BUILDS (`preprocessed`), in their order."""
     digest = hashlib.sha256()
-    for build in BUILDS:
-        digest.update(build.name.encode() + b"\0" + preprocessed(build, root).encode() + b"\0")
+    with _architecture_stubs(root) as stubs:
+        for build in BUILDS:
+            text = preprocessed(build, root, stubs)
+            digest.update(build.name.encode() + b"\0" + text.encode() + b"\0")
     return digest.hexdigest()
 
 
