@@ -7,7 +7,14 @@ reverse order. The fields are big-endian, as BMv2 and the software switch concat
 
 Tests use it to pick flows that meet in a slot (a collision on purpose) and to compare how often
 the pair collides with two random choices. Masqueraded flows use only the first NAT_DP_SLOTS of
-each (the pipeline masks the index); Tofino's slots (arch/tna_flow_slots.p4) hash another key.
+each (the pipeline masks the index).
+
+Tofino's slots (arch/tna_flow_slots.p4) hash another form of the same key, `tna_flow_key`: the
+XORs of the addresses and of the ports and the lower end's address and port, which Steering's
+table `flow_lower_end` picks from saturating differences (a Tofino gateway compares a field with
+a constant, not with another field). No Tofino model runs here: the tests check this rule,
+written as the P4 writes it (the table's entries in order), against the brute-force
+reference.
 """
 
 from __future__ import annotations
@@ -31,3 +38,32 @@ def candidate_slots(
     first = struct.pack("!IIBHH", lo_addr, hi_addr, proto, lo_port, hi_port)
     second = struct.pack("!HHBII", hi_port, lo_port, proto, hi_addr, lo_addr)
     return zlib.crc32(first) % slots, zlib.crc32(second) % slots
+
+
+# Steering's `flow_lower_end` (Tofino): its constant entries in order, keyed by (src |-| dst,
+# src ^ dst, sport |-| dport) with None for "any", and its default action: which end is the lower.
+LOWER_END_ENTRIES: tuple[tuple[tuple[int | None, ...], str], ...] = (
+    ((0, 0, 0), "src"),
+    ((0, 0, None), "dst"),
+    ((0, None, None), "src"),
+)
+LOWER_END_DEFAULT = "dst"
+
+
+def tna_flow_key(src: int, dst: int, proto: int, sport: int, dport: int) -> tuple[int, ...]:
+    """(src ^ dst, lower end's address, protocol, sport ^ dport, lower end's port), as Steering
+    computes it on Tofino (p4src/include/control/steering.p4, under OG_FLOW_SLOTS)."""
+    addr_mix = src ^ dst
+    addr_gap = max(src - dst, 0)  # src |-| dst
+    port_gap = max(sport - dport, 0)  # sport |-| dport
+    fields = (addr_gap, addr_mix, port_gap)
+    lower = next(
+        (
+            end
+            for values, end in LOWER_END_ENTRIES
+            if all(v is None or v == f for v, f in zip(values, fields, strict=True))
+        ),
+        LOWER_END_DEFAULT,
+    )
+    lo_addr, lo_port = (src, sport) if lower == "src" else (dst, dport)
+    return addr_mix, lo_addr, proto, sport ^ dport, lo_port

@@ -100,6 +100,14 @@ parser TnaIngressParser(packet_in pkt, out tna_headers_t hdr, out local_metadata
 @do_not_use_clot("ingress", "hdr.og.ipv4_options_h_ipv4_options_options_256b")
 @do_not_use_clot("ingress", "hdr.og.ipv4_options_h_ipv4_options_options_288b")
 @do_not_use_clot("ingress", "hdr.og.ipv4_options_h_ipv4_options_options_320b")
+#ifdef OG_FLOW_SLOTS
+// What a way's RegisterAction found is its stateful ALU's predicate, bits 11:4 of the ALU's
+// output word: in an 8-bit container those bits come from two action data bus slots, which
+// one ALU operation cannot read ("invalid container action": bf-p4c picks such a container
+// for them since the slot key changed, 2026-11-30). A 16-bit container takes them from one.
+@pa_container_size("ingress", "meta.flow_way0_found", 16)
+@pa_container_size("ingress", "meta.flow_way1_found", 16)
+#endif
 control TnaIngress(inout tna_headers_t hdr, inout local_metadata_t meta,
                    in ingress_intrinsic_metadata_t ig_intr_md,
                    in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,

@@ -50,7 +50,7 @@ from opengate_test import (
 )
 
 BASE = 50000  # the block's first port (any base works: the slot's index is added to it)
-SLOTS = 16384  # NAT_DP_SLOTS
+SLOTS = pc.REGISTER_SIZES[pc.R_FLOW_NAT]  # NAT_DP_SLOTS: one port per slot of the block
 
 
 class DataPlaneNatTest(DataPlaneSessionTest):

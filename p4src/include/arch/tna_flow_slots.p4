@@ -5,12 +5,16 @@
 // the ACL verdict and the SPM choice, known only at the end of the classification chain. So here:
 //
 // - Each flow has a slot in each of two ways (FLOW_WAY_SLOTS each), from two hashes of its
-//   direction-agnostic key (the XORs and the sums of its addresses and of its ports, as on
-//   v1model), the same for both directions. A way's slot holds a 32-bit fingerprint of the key (a
+//   direction-agnostic key, the same for both directions: the XORs of its addresses and of its
+//   ports and its lower end's address and port (Steering), which is its two ends in order, as on
+//   v1model, and never the same for two flows. (The XORs and sums, the key before, gave (a, b)
+//   and (a ^ m, b ^ m) one key for bits m that a and b do not share: one slot, one fingerprint,
+//   one verdict for two flows.) A way's slot holds a 32-bit fingerprint of the key (a
 //   third hash) and when a packet last found it: not the whole 5-tuple, which would take three more
 //   registers in later stages. Two live flows with one slot and one fingerprint (one lookup in
-//   2^32 of a full slot) share a verdict until the CPM installs their exact entries, which are
-//   looked up first and win.
+//   2^32 of a full slot, for flows that meet by chance; the hashes are CRCs, linear, so not
+//   for flows made to meet by one who knows the polynomials) share a verdict until the CPM
+//   installs their exact entries, which are looked up first and win.
 // - Pass 1, every packet (FlowSlotWays, beside the session table): the slot of the packet's flow
 //   in each way is looked up by one RegisterAction, which refreshes its time when the
 //   fingerprint matches and the slot is alive, and says mine, taken (another live flow) or free.
@@ -20,8 +24,9 @@
 //   second pass through ingress with the way to claim in its metadata) instead of forwarded. In
 //   pass 2 the way's RegisterAction claims the slot if it is still free, and FlowSlotVerdict
 //   writes the class and SPM the packet got in this pass. The packet is then forwarded with its
-//   digest (dp_session 1; 0 if the slot was taken in between: the CPM path, counted). Opening
-//   packets cost two passes, nothing else does. Both ways taken: no resubmit, the CPM path.
+//   digest (dp_session 1). Opening packets cost two passes, nothing else does. Both ways taken
+//   (no resubmit), or the way taken between the passes: a collision, counted, which waits at
+//   the CPM (packet-in, CPU_REASON_SESSION_COLLISION) as on v1model.
 // - Time: meta.now counts ticks of 2^16 ns (the 48-bit global timestamp's bits 47:16, so it wraps
 //   with the timestamp, every 78 hours). A slot is alive while a packet found it FLOW_SLOT_LEASE
 //   ticks ago or less (30 s; an unsigned difference, right across a wrap of the timestamp; a
@@ -155,17 +160,17 @@ control FlowSlotWays(inout headers_t hdr, inout local_metadata_t meta) {
 
     apply {
         // The flow's slots and fingerprint, before the tests below, from the key Steering
-        // computed (its mixes and sums), each hash straight into its field: no cast, no "| 1".
+        // computed (its mixes and lower end), each hash straight into its field: no cast.
         // Computed after the tests, from sums of their own, with a cast and the fingerprint's
         // low bit set, bf-p4c chained them over seven stages ahead of the ways.
-        meta.flow_way0 = way0_hash.get({ meta.flow_addr_mix, meta.flow_addr_sum,
+        meta.flow_way0 = way0_hash.get({ meta.flow_addr_mix, meta.flow_lo_addr,
                                          hdr.ipv4.protocol, meta.flow_port_mix,
-                                         meta.flow_port_sum });
-        meta.flow_way1 = way1_hash.get({ meta.flow_port_sum, meta.flow_port_mix,
-                                         hdr.ipv4.protocol, meta.flow_addr_sum,
+                                         meta.flow_lo_port });
+        meta.flow_way1 = way1_hash.get({ meta.flow_lo_port, meta.flow_port_mix,
+                                         hdr.ipv4.protocol, meta.flow_lo_addr,
                                          meta.flow_addr_mix });
-        meta.flow_fingerprint = fingerprint_hash.get({ hdr.ipv4.protocol, meta.flow_port_sum,
-                                                       meta.flow_addr_sum, meta.flow_port_mix,
+        meta.flow_fingerprint = fingerprint_hash.get({ hdr.ipv4.protocol, meta.flow_lo_port,
+                                                       meta.flow_lo_addr, meta.flow_port_mix,
                                                        meta.flow_addr_mix });
         meta.flow_way0_found = 0;
         meta.flow_way1_found = 0;

@@ -12,8 +12,7 @@
 //   installs the exact-match entries (counters, idle timeout, block, bypass) off the critical path.
 // - Both candidates held by other live flows is a collision: the packet goes to the controller
 //   (packet-in, CPU_REASON_SESSION_COLLISION), which writes its session and sends it on, so that
-//   its reply never comes back before the session exists. Counted. (Tofino's collisions still
-//   go on with a digest, the reply waiting for the exact entries.)
+//   its reply never comes back before the session exists. Counted. (Tofino's too.)
 // - Once a direction's exact entry is hit, the slot is marked installed for that direction and
 //   only refreshed by it; if a packet of that direction later finds the slot but no exact
 //   entry, the controller has removed the session (idle, close, block expiry, API): the slot is
@@ -243,7 +242,7 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
     // the addresses and of the ports, the key before, gave (a, b) and (a ^ m, b ^ m) one key
     // for any bits m that a and b do not share: a host's flows to neighbouring ports took each
     // other's slots, and a flood's third phase met a collision in one flow of twelve, not of
-    // 400. (TNA's slots, arch/tna_flow_slots.p4, still hash the XORs and sums.)
+    // 400. (TNA's slots, arch/tna_flow_slots.p4, hash the same ends in another form.)
     @hidden
     action candidate_slots(in bit<32> src, in bit<32> dst, in bit<8> proto, in l4_port_t sport,
                            in l4_port_t dport, out flow_slot_t slot0, out flow_slot_t slot1) {
@@ -671,12 +670,18 @@ control SessionSetup(inout headers_t hdr, inout local_metadata_t meta) {
                 } else {
                     meta.flow_claim_way = 1;
                 }
+            } else if (meta.drop_session == 0 && meta.drop_fwd == 0
+                    && ((meta.flow_claim == 0 && meta.flow_looked_up == 1 && !way0_free
+                            && !way1_free)
+                        || (meta.flow_claim == 1 && meta.flow_claim_mine == 0))) {
+                // Both ways held by other flows, or the way taken between the passes: it
+                // waits at the CPM, as on v1model (forwarded with a digest, its reply would
+                // come back before the CPM's entries and be dropped).
+                meta.flow_collision = 1;
+                meta.to_cpu = 1;
+                meta.cpu_reason = CPU_REASON_SESSION_COLLISION;
             } else {
                 meta.send_session_request = 1;
-                if (meta.flow_claim == 0 && meta.flow_looked_up == 1 && !way0_free
-                        && !way1_free) {
-                    meta.flow_collision = 1;  // both ways held by other flows
-                }
             }
 #else
             // The test itself, not a variable: an assignment before it would cost Tofino 1 a

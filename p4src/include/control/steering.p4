@@ -55,6 +55,40 @@ control Steering(inout headers_t hdr, inout local_metadata_t meta) {
         size = SPM_POOL_SIZE;
     }
 
+#ifdef OG_FLOW_SLOTS
+    // Which end of the flow is the lower (by address; of one address, by port), for Tofino's
+    // slot key, from saturating differences (apply, below): a gateway compares a field with a
+    // constant, not with another field, and bf-p4c could not fit these tests in gateways
+    // ("condition expression too complex"), so a ternary table with constant entries, in
+    // order: one address and sport <= dport, one address, src < dst; otherwise src > dst.
+    @hidden
+    action lower_end_src() {
+        meta.flow_lo_addr = hdr.ipv4.src_addr;
+        meta.flow_lo_port = meta.l4_sport;
+    }
+    @hidden
+    action lower_end_dst() {
+        meta.flow_lo_addr = hdr.ipv4.dst_addr;
+        meta.flow_lo_port = meta.l4_dport;
+    }
+    @hidden
+    table flow_lower_end {
+        key = {
+            meta.flow_addr_gap : ternary;
+            meta.flow_addr_mix : ternary;
+            meta.flow_port_gap : ternary;
+        }
+        actions = { lower_end_src; lower_end_dst; }
+        const entries = {
+            (0, 0, 0) : lower_end_src();
+            (0, 0, _) : lower_end_dst();
+            (0, _, _) : lower_end_src();
+        }
+        const default_action = lower_end_dst();
+        size = 3;
+    }
+#endif
+
     apply {
         // XOR is symmetric: a flow and its reverse give the same key, with no comparison of two
         // fields (which Tofino's gateways cannot do). Computed before the class is known, so that
@@ -62,9 +96,14 @@ control Steering(inout headers_t hdr, inout local_metadata_t meta) {
         meta.flow_addr_mix = hdr.ipv4.src_addr ^ hdr.ipv4.dst_addr;
         meta.flow_port_mix = meta.l4_sport ^ meta.l4_dport;
 #ifdef OG_FLOW_SLOTS
-        // The rest of the key Tofino's slots hash (arch/tna_flow_slots.p4), as early.
-        meta.flow_addr_sum = hdr.ipv4.src_addr + hdr.ipv4.dst_addr;
-        meta.flow_port_sum = meta.l4_sport + meta.l4_dport;
+        // The rest of the key Tofino's slots hash (arch/tna_flow_slots.p4), as early: the lower
+        // end's address and port (of the lower address; of one address, of the lower port).
+        // With the mixes that is the flow's two ends in order (the other end is the lower one
+        // XOR the mixes), as on v1model: a saturating difference is 0 exactly when the first
+        // is not the larger (flow_lower_end).
+        meta.flow_addr_gap = hdr.ipv4.src_addr |-| hdr.ipv4.dst_addr;
+        meta.flow_port_gap = meta.l4_sport |-| meta.l4_dport;
+        flow_lower_end.apply();
 #endif
         if (og_classifier_needed(meta)) {
             class_policy.apply();
