@@ -2,7 +2,9 @@
 p4src/include/control/session_setup.p4's `candidate_slots`; the PTF tests that collide flows on
 purpose check the model against both switches): the key is the same for both directions and
 tells any two flows apart, and the pair of hashes collides no more often than two random
-choices on the traffic a gateway sees, a flood from one host included."""
+choices on the traffic a gateway sees, a flood from one host included. Tofino's slots key the
+same ends in another form (`tna_flow_key`, Steering's `flow_lower_end`), held to the same
+reference; no Tofino model runs it here."""
 
 from __future__ import annotations
 
