@@ -11,7 +11,9 @@ interface, so that the sender is not what limits the rate. out1 counts what arri
 kernel (an nftables counter that drops them before any socket, so no receiving program and no
 ICMP errors); the CPM's `installed` and `slot_only` counters count the sessions it installed or
 recorded without entries (`ondemand`: `sessions.data_plane_entries: on_demand`); the NPM's drop
-counter says where the rest went. A rate is sustained when every flow arrived and every flow
+counter says where the rest went, and its port counters (`NPM in / out`: taken in by its ingress
+pipeline from h2's port, sent by its egress pipeline out of out1's) whether a packet was lost
+between its pipelines (BMv2's 64-packet egress queue drops uncounted) or after them. A rate is sustained when every flow arrived and every flow
 became a session. The policy is the example policy without inspection (the SPMs are measured
 elsewhere), without the CPU meters and the per-source new-flow limit (they cap the rate on
 purpose), and with a 2 s UDP idle timeout (`--udp-idle`), so that each rate starts with empty
@@ -54,7 +56,7 @@ from opengate import p4constants as pc
 from opengate.p4info import P4Schema
 from opengate.target import p4_build_dir, repo_root, select_target
 from softswitch.native.dataplane import LOSS_REPORT_SECONDS
-from topo.model import load_topology
+from topo.model import TopologySpec, load_topology
 from topo.net import GatewayNetwork
 
 # out1's kernel counts (and drops, before routing) the datagrams to the flood's ports.
@@ -176,6 +178,23 @@ def switch_losses(log: Path) -> tuple[int, int, int, int]:
     return (*rings, *stream)
 
 
+def npm_port(spec: TopologySpec, host: str) -> int:
+    """The NPM port of `host`'s segment (the first NPM's)."""
+    lan = spec.host(host).lan
+    return next(port for port, name in spec.npms[0].ports.items() if name == lan)
+
+
+def port_counts(network: GatewayNetwork) -> tuple[int, int]:
+    """Packets the NPM took in from h2's port (its ingress pipeline) and sent out of out1's
+    (its egress pipeline), from its port counters: what left the egress pipeline but did not
+    arrive was lost after the switch's pipelines; what the ingress pipeline forwarded (taken in,
+    less its counted drops) but the egress pipeline never saw, between them, in the switch's
+    queues."""
+    rx = network.counter_cells(pc.C_PORT_RX_COUNTER, index=npm_port(network.spec, "h2"))
+    tx = network.counter_cells(pc.C_PORT_TX_COUNTER, index=npm_port(network.spec, "out1"))
+    return sum(rx.values()), sum(tx.values())
+
+
 def lost(r: dict[str, Any]) -> int:
     """Flows (packets, for the one-flow row) sent but not both arrived and made a session; the
     one-flow row expects one session for all its packets."""
@@ -198,6 +217,7 @@ def one_rate(
     before_drops, before_counts = drops(network), session_counts(network)
     before_installed = sum(before_counts)
     before_arrived, before_packet_ins = arrived(network), packet_ins(network)
+    before_ports = port_counts(network)
     result = network.run(
         "h2", f"{binary()} h2-eth0 {frames} {rate} {seconds}", timeout=seconds + 60
     )
@@ -210,6 +230,9 @@ def one_rate(
     out["with_entries"] = session_counts(network)[0] - before_counts[0]
     out["received"] = settle(lambda: arrived(network), quiet=1.0) - before_arrived
     out["drops"] = drops_since(network, before_drops)
+    after_ports = port_counts(network)
+    out["npm_in"] = after_ports[0] - before_ports[0]
+    out["npm_out"] = after_ports[1] - before_ports[1]
     out["packet_ins"] = packet_ins(network) - before_packet_ins
     out["one_flow"] = one_flow
     settle(lambda: active(network), quiet=2.0)  # the 2 s idle timeout empties the tables
@@ -277,15 +300,17 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.udp_idle} s\n"
     )
     print(
-        "| sessions made by | offered flows/s | sent | arrived | sessions | of them with exact "
-        "entries | lost | of them via the CPM (packet-ins) | NPM drops "
-        "| switch ring drops (receive / digest) | stream drops (digest samples / packet-ins) |"
+        "| sessions made by | offered flows/s | sent | NPM in / out (port counters) | arrived "
+        "| sessions | of them with exact entries | lost | of them via the CPM (packet-ins) "
+        "| NPM drops | switch ring drops (receive / digest) "
+        "| stream drops (digest samples / packet-ins) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---|---|---|")
     for name, rate, r in rows:
         dropped = ", ".join(f"{k} {v}" for k, v in sorted(r["drops"].items())) or "none"
         print(
-            f"| {name} | {rate} | {r['sent']} | {r['received']} | {r['installed']} "
+            f"| {name} | {rate} | {r['sent']} | {r['npm_in']} / {r['npm_out']} "
+            f"| {r['received']} | {r['installed']} "
             f"| {r['with_entries']} | {lost(r)} "
             f"| {r['packet_ins']} | {dropped} | {r['ring']} / {r['digests']} "
             f"| {r['stream'][0]} / {r['stream'][1]} |"

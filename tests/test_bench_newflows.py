@@ -11,9 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.bench_newflows import switch_losses
+from bench.bench_newflows import npm_port, switch_losses
+from opengate.target import repo_root
 from softswitch.native.dataplane import LossReport
 from softswitch.p4runtime_server import P4RuntimeService
+from topo.model import load_topology
 
 
 def _stream_warning(caplog: pytest.LogCaptureFixture, digests: int, packet_ins: int) -> str:
@@ -44,3 +46,11 @@ def test_the_bench_reads_the_lines_the_switch_writes(
     log.write_text("\n".join(lines) + "\n")
     # the last report of each kind: they are totals so far
     assert switch_losses(log) == (54055, 12, 16392, 193904)
+
+
+def test_the_port_counters_read_are_the_flooding_hosts_and_the_receivers() -> None:
+    """The NPM in / out columns read h2's segment's port and out1's (gateway.yaml: 1 and 2)."""
+    root = repo_root()
+    spec = load_topology(root / "topo" / "gateway.yaml", root=root)
+    assert (npm_port(spec, "h2"), npm_port(spec, "out1")) == (1, 2)
+    assert npm_port(spec, "h1") == npm_port(spec, "h2")
