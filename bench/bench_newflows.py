@@ -5,23 +5,23 @@ routed with the CPM's exact entries on demand; masqueraded) against sessions mad
     sudo .venv/bin/python -m bench.bench_newflows [--rates 2000,8000,16000] [--seconds 4]
         [--policies routed,ondemand,npm,cpm]
 
-Needs root (Mininet). h2 opens `rate` new UDP flows a second (one 18-byte datagram each, each
-flow new to the run) to out1 for `--seconds`, sent by bench.csender (the paced C sender) on h2's
-interface, so that the sender is not what limits the rate. out1 counts what arrives in its
-kernel (an nftables counter that drops them before any socket, so no receiving program and no
-ICMP errors); the CPM's `installed` and `slot_only` counters count the sessions it installed or
-recorded without entries (`ondemand`: `sessions.data_plane_entries: on_demand`); the NPM's drop
-counter says where the rest went, and its port counters (`NPM in / out`: taken in by its ingress
-pipeline from h2's port, sent by its egress pipeline out of out1's) whether a packet was lost
-between its pipelines (BMv2's 64-packet egress queue drops uncounted) or after them. A rate is sustained when every flow arrived and every flow
-became a session. The policy is the example policy without inspection (the SPMs are measured
-elsewhere), without the CPU meters and the per-source new-flow limit (they cap the rate on
-purpose), and with a 2 s UDP idle timeout (`--udp-idle`), so that each rate starts with empty
-tables. A rate can be sustained only if the session table holds the flows of one idle timeout
-(about rate x timeout sessions at once): the bench prints that bound. Each rate lasts 4 s by
-default: 2 s of flows fit in the switch's digest ring (65,536) and in the session table without
-the CPM removing any session, so they measured how much a burst the gateway absorbs, not the
-rate it sustains (64,000 flows/s lossless for 2 s, 32,000 for 4 s, on 2026-11-27).
+Needs root (Mininet). h2 opens `rate` new UDP flows a second (one 18-byte datagram each, each flow
+new to the run) to out1 for `--seconds`, sent by bench.csender (the paced C sender) on h2's
+interface, so that the sender is not what limits the rate. out1 counts what arrives in its kernel
+(an nftables counter that drops them before any socket, so no receiving program and no ICMP
+errors); the CPM's `installed` and `slot_only` counters count the sessions it installed or recorded
+without entries (`ondemand`: `sessions.data_plane_entries: on_demand`); the NPM's drop counter says
+where the rest went, and its port counters (`NPM in / out`: taken in by its ingress pipeline from
+h2's port, sent by its egress pipeline out of out1's) whether a packet was lost between its
+pipelines (BMv2's 64-packet egress queue drops uncounted) or after them. A rate is sustained when
+every flow arrived and every flow became a session. The policy is the example policy without
+inspection (the SPMs are measured elsewhere), without the CPU meters and the per-source new-flow
+limit (they cap the rate on purpose), and with a 2 s UDP idle timeout (`--udp-idle`), so that each
+rate starts with empty tables. A rate can be sustained only if the session table holds the flows of
+one idle timeout (about rate x timeout sessions at once): the bench prints that bound. Each rate
+lasts 4 s by default: 2 s of flows fit in the switch's digest ring (65,536) and in the session
+table without the CPM removing any session, so they measured how much a burst the gateway absorbs,
+not the rate it sustains (64,000 flows/s lossless for 2 s, 32,000 for 4 s, on 2026-11-27).
 
 The reference row, "one flow (the switch's own rate)", sends the same datagram of one flow at
 each rate through the routed policy: every packet but the first hits an existing session, so it
