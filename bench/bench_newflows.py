@@ -179,9 +179,11 @@ def switch_losses(log: Path) -> tuple[int, int, int, int]:
 
 
 def npm_port(spec: TopologySpec, host: str) -> int:
-    """The NPM port of `host`'s segment (the first NPM's)."""
-    lan = spec.host(host).lan
-    return next(port for port, name in spec.npms[0].ports.items() if name == lan)
+    """The first NPM's port that reaches `host`."""
+    port = spec.host_port(spec.npms[0], spec.host(host))
+    if port is None:
+        raise RuntimeError(f"{spec.npms[0].name} has no port to {host}")
+    return port
 
 
 def port_counts(network: GatewayNetwork) -> tuple[int, int]:

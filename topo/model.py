@@ -87,14 +87,14 @@ class TopologySpec:
     def npm_of(self, host: HostSpec) -> NpmSpec:
         """The (first) NPM that reaches SPM host `host`."""
         for npm in self.npms:
-            if self.spm_port(npm, host) is not None:
+            if self.host_port(npm, host) is not None:
                 return npm
         return self.npms[0]
 
-    def spm_port(self, npm: NpmSpec, spm: HostSpec) -> int | None:
-        """The port of `npm` that reaches SPM host `spm` (directly or through its segment)."""
+    def host_port(self, npm: NpmSpec, host: HostSpec) -> int | None:
+        """The port of `npm` that reaches `host` (an SPM's own port, or its segment's)."""
         for port, peer in npm.ports.items():
-            if peer == spm.name or (spm.lan is not None and peer == spm.lan):
+            if peer == host.name or (host.lan is not None and peer == host.lan):
                 return port
         return None
 

@@ -221,7 +221,7 @@ def test_example_policy_agrees_with_the_topology(topology_file: str) -> None:
                 assert spec.mac == int(gateway_mac.replace(":", ""), 16), f"{npm.name}:{port}"
         for host in topology.hosts:
             if host.role == "spm":
-                spm = policy.spm_by_port(topology.spm_port(npm, host) or 0)
+                spm = policy.spm_by_port(topology.host_port(npm, host) or 0)
                 assert spm is not None, f"{npm.name} does not reach SPM {host.name}"
                 assert spm.name == host.name, f"{npm.name}: {host.name}"
                 assert spm.mac == int(host.mac.replace(":", ""), 16), host.name

@@ -82,8 +82,8 @@ def test_two_npm_topology_shares_the_spms_through_segments() -> None:
     spec = load_topology(repo_root() / "topo" / "gateway-2npm.yaml", root=repo_root())
     assert [(n.name, n.device_id) for n in spec.npms] == [("npm1", 1), ("npm2", 2)]
     for npm in spec.npms:
-        assert spec.spm_port(npm, spec.host("spm1")) == 3
-        assert spec.spm_port(npm, spec.host("spm2")) == 4
+        assert spec.host_port(npm, spec.host("spm1")) == 3
+        assert spec.host_port(npm, spec.host("spm2")) == 4
 
 
 def test_spm_needs_exactly_one_of_npm_port_and_lan(tmp_path: Path) -> None:
