@@ -14,6 +14,7 @@ import random
 import re
 from collections.abc import Callable, Iterator
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -70,35 +71,41 @@ def test_both_directions_have_the_same_slots(flow: Tuple5) -> None:
     assert candidate_slots(*flow, SLOTS) == candidate_slots(*reverse(flow), SLOTS)
 
 
+# The v1model slots' key and Tofino's: Tofino's slots keep a fingerprint of the key, not the
+# flow, so two flows with one key would share a slot and its verdict there (a spoofed packet
+# admitted by another flow's session).
+KEYS = pytest.mark.parametrize("key", [flow_key, tna_flow_key], ids=["v1model", "tofino"])
+Key = Callable[[int, int, int, int, int], tuple[int, ...]]
+
+
+@KEYS
+@given(flows)
+def test_the_key_is_the_same_for_both_directions(key: Key, flow: Tuple5) -> None:
+    assert key(*flow) == key(*reverse(flow))
+
+
+@KEYS
 @given(flow_pairs())
-def test_the_key_tells_any_two_flows_apart(pair: tuple[Tuple5, Tuple5]) -> None:
+def test_the_key_tells_any_two_flows_apart(key: Key, pair: tuple[Tuple5, Tuple5]) -> None:
     """Brute-force reference: two flows are the same flow when they are equal either way."""
     a, b = pair
     same = a == b or a == reverse(b)
-    assert (flow_key(*a) == flow_key(*b)) == same
+    assert (key(*a) == key(*b)) == same
 
 
-def test_the_xor_and_sum_key_did_not() -> None:
-    """The key before (src ^ dst, src + dst and the same of the ports) made these two flows,
-    from one host to one server on neighbouring ports, one key; this key does not."""
+@KEYS
+def test_the_xor_and_sum_key_did_not(key: Key) -> None:
+    """The key before (src ^ dst, src + dst and the same of the ports; until 2026-11-29 on
+    v1model, 2026-11-30 on Tofino) made these two flows, from one host to one server on
+    neighbouring ports, one key; this key does not."""
     a = (0x0A00010A, 0xC6336414, 6, 40000, 20000 | 128)
     b = (0x0A00010A, 0xC6336414, 6, 40000 | 128, 20000)
-    assert (a[3] ^ a[4], a[3] + a[4]) == (b[3] ^ b[4], b[3] + b[4])
-    assert flow_key(*a) != flow_key(*b)
 
+    def xor_and_sum(f: Tuple5) -> tuple[int, ...]:
+        return f[0] ^ f[1], f[0] + f[1], f[2], f[3] ^ f[4], f[3] + f[4]
 
-@given(flows)
-def test_tofinos_key_is_the_same_for_both_directions(flow: Tuple5) -> None:
-    assert tna_flow_key(*flow) == tna_flow_key(*reverse(flow))
-
-
-@given(flow_pairs())
-def test_tofinos_key_tells_any_two_flows_apart(pair: tuple[Tuple5, Tuple5]) -> None:
-    """Tofino's slots keep a fingerprint of the key, not the flow: two flows with one key would
-    share a slot and its verdict (a spoofed packet admitted by another flow's session)."""
-    a, b = pair
-    same = a == b or a == reverse(b)
-    assert (tna_flow_key(*a) == tna_flow_key(*b)) == same
+    assert xor_and_sum(a) == xor_and_sum(b)
+    assert key(*a) != key(*b)
 
 
 @given(st.tuples(addresses, st.sampled_from([1, 6, 17]), ports, ports))
@@ -122,19 +129,6 @@ def test_the_model_has_the_p4_tables_entries() -> None:
     assert parsed == LOWER_END_ENTRIES
     (default,) = re.findall(r"const default_action = lower_end_(src|dst)\(\);", table)
     assert default == LOWER_END_DEFAULT
-
-
-def test_tofinos_xor_and_sum_key_did_not() -> None:
-    """Tofino's key before 2026-11-30 (the XORs and the sums) gave these two flows of one host
-    one key, so one slot and one fingerprint; the ordered key does not."""
-    a = (0x0A00010A, 0xC6336414, 6, 40000, 20000 | 128)
-    b = (0x0A00010A, 0xC6336414, 6, 40000 | 128, 20000)
-
-    def xor_and_sum(f: Tuple5) -> tuple[int, ...]:
-        return f[0] ^ f[1], f[0] + f[1], f[2], f[3] ^ f[4], f[3] + f[4]
-
-    assert xor_and_sum(a) == xor_and_sum(b)
-    assert tna_flow_key(*a) != tna_flow_key(*b)
 
 
 def _collisions(
