@@ -53,6 +53,9 @@ from topo.net import GatewayNetwork
 
 OUT1 = "198.51.100.20"
 CPU_TOP = 10  # processes listed per flood
+CPM_LABEL = "opengate.cli"  # the CPM's process, as `_label` names it
+QUIET_SHARE = 0.1  # of a core: the CPM is quiet below this (`wait_for_quiet_cpm`)
+QUIET_LIMIT = 120.0  # seconds
 POLICIES = {
     "routed": "routed (data-plane sessions)",
     "ondemand": "routed, exact entries on demand",
@@ -133,11 +136,28 @@ def flood_frames(spec: Any, n: int, phase: int) -> list[bytes]:
     return frames
 
 
+def iperf_seconds(flood_seconds: int) -> int:
+    """How long iperf3 runs, alone and in a flood of `flood_seconds` (it starts with the flood
+    and ends before it, so that the flood's start and end are not in its rate)."""
+    return max(2, flood_seconds - 3)
+
+
 def iperf(network: GatewayNetwork, seconds: int) -> float:
     result = network.run("h1", f"iperf3 -c {OUT1} -t {seconds} -J", timeout=seconds + 60)
     if result.returncode != 0:
         return 0.0
     return float(json.loads(result.output)["end"]["sum_received"]["bits_per_second"]) / 1e6
+
+
+def iperf_alone(network: GatewayNetwork, seconds: int) -> tuple[float, dict[str, float]]:
+    """iperf3's rate alone (no flood), and where the CPU went meanwhile (`cpu_while`)."""
+    shares: dict[str, float] = {}
+    thread = threading.Thread(target=lambda: shares.update(cpu_while(seconds)))
+    thread.start()
+    try:
+        return iperf(network, seconds), shares
+    finally:
+        thread.join()
 
 
 def api_times(network: GatewayNetwork, seconds: float) -> list[float]:
@@ -289,6 +309,31 @@ def cpu_ticks() -> dict[str, int]:
     return out
 
 
+def wait_for_quiet_cpm(limit: float = QUIET_LIMIT) -> float:
+    """Wait (at most `limit` seconds) until the CPM has used less than `QUIET_SHARE` of a core
+    for a second: after a policy apply it may still be holding the last flood's sessions to the
+    new policy (the `denied` variant blocks 12,000 of them), which would be in iperf3's rate
+    alone. Returns the seconds waited."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        before, t0 = cpu_ticks(), time.monotonic()
+        if CPM_LABEL not in before:
+            raise RuntimeError(f"no process is labelled {CPM_LABEL!r}: where is the CPM?")
+        time.sleep(1.0)
+        if cpu_shares(before, cpu_ticks(), time.monotonic() - t0).get(CPM_LABEL, 0.0) < QUIET_SHARE:
+            break
+    return time.monotonic() - started
+
+
+def cpu_while(seconds: float) -> dict[str, float]:
+    """The CPU shares (`cpu_shares`) from 1 s after now to 0.5 s before `seconds` from now: the
+    middle of an iperf3 run that starts now, without its start-up and its end."""
+    time.sleep(1.0)
+    before, started = cpu_ticks(), time.monotonic()
+    time.sleep(max(0.5, seconds - 1.5))
+    return cpu_shares(before, cpu_ticks(), time.monotonic() - started)
+
+
 def cpu_shares(before: dict[str, int], after: dict[str, int], seconds: float) -> dict[str, float]:
     """Per label, the share of one core used between two `cpu_ticks` readings."""
     return {
@@ -341,12 +386,10 @@ def _flood(
         results["sent"] = int(result.output.split()[-2]) if result.returncode == 0 else 0
 
     def throughput() -> None:
-        results["mbps"] = iperf(network, max(2, seconds - 3))
+        results["mbps"] = iperf(network, iperf_seconds(seconds))
 
-    def cpu() -> None:  # from 1 s into the flood to 0.5 s before its end
-        before, started = cpu_ticks(), time.monotonic()
-        time.sleep(max(0.5, seconds - 1.5))
-        results["cpu"] = cpu_shares(before, cpu_ticks(), time.monotonic() - started)
+    def cpu() -> None:  # while iperf3 runs in the flood (not after it, as until 2026-11-30)
+        results["cpu"] = cpu_while(iperf_seconds(seconds))
 
     def queues() -> None:
         results["spm_queue"] = spm_queue_depths(network, max(1.0, seconds - 1))
@@ -355,12 +398,11 @@ def _flood(
         threading.Thread(target=flooder),
         threading.Thread(target=throughput),
         threading.Thread(target=queues),
+        threading.Thread(target=cpu),
     ]
     for thread in threads:
         thread.start()
     time.sleep(1)
-    threads.append(threading.Thread(target=cpu))
-    threads[-1].start()
     results["connect"] = measure(network, 20)
     results["api"] = api_times(network, max(1.0, seconds - 3 - 1))
     for thread in threads:
@@ -397,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = load_topology(root / "topo" / "gateway.yaml", root=root)
     choice = select_target()
     rows: list[tuple[str, int, dict[str, Any]]] = []
+    alone_cpu: list[tuple[str, dict[str, float]]] = []
     stopped = ""
     with GatewayNetwork(spec, root / "run" / "bench-flood", target=choice) as network:
         running = network.api("GET", "/api/v1/policy")
@@ -405,7 +448,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for name, text in ((POLICIES[key], texts[key]) for key in chosen):
                 network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": text})
-                alone = iperf(network, max(2, args.seconds - 3))
+                waited = wait_for_quiet_cpm()
+                alone, shares = iperf_alone(network, iperf_seconds(args.seconds))
+                alone_cpu.append((f"{name} (after {waited:.0f} s for a quiet CPM)", shares))
                 for rate in rates:
                     phase = len(rows)
                     rows.append(
@@ -465,12 +510,15 @@ def main(argv: list[str] | None = None) -> int:
         ]
         print(f"| {name} | {cells[0]} | {cells[1]} | {queue[0]} | {queue[1]} |")
     print(
-        "\nWhere the CPU went during each flood (share of one core; the machine's cores are "
-        f"{os.cpu_count()}; the busiest processes by program or module):\n"
+        "\nWhere the CPU went while iperf3 ran, alone (before the policy's floods) and in each "
+        "flood, from 1 s after its start to 0.5 s before its end (share of one core; the "
+        f"machine's cores are {os.cpu_count()}; the busiest processes by program or module):\n"
     )
-    for name, rate, r in rows:
-        busiest = sorted(r["cpu"].items(), key=lambda kv: -kv[1])[:CPU_TOP]
-        print(f"- {name}, {rate}/s: " + ", ".join(f"{k} {v * 100:.0f} %" for k, v in busiest))
+    listed = [(f"{name}, iperf3 alone", shares) for name, shares in alone_cpu]
+    listed += [(f"{name}, {rate}/s", r["cpu"]) for name, rate, r in rows]
+    for label, shares in listed:
+        busiest = sorted(shares.items(), key=lambda kv: -kv[1])[:CPU_TOP]
+        print(f"- {label}: " + ", ".join(f"{k} {v * 100:.0f} %" for k, v in busiest))
     if args.trace:
         connect_trace.table([(f"{name}, {rate}/s", r["trace"]) for name, rate, r in rows])
     return 0
