@@ -149,8 +149,8 @@ def iperf(network: GatewayNetwork, seconds: int) -> float:
     return float(json.loads(result.output)["end"]["sum_received"]["bits_per_second"]) / 1e6
 
 
-def iperf_alone(network: GatewayNetwork, seconds: int) -> tuple[float, dict[str, float]]:
-    """iperf3's rate alone (no flood), and where the CPU went meanwhile (`cpu_while`)."""
+def iperf_and_cpu(network: GatewayNetwork, seconds: int) -> tuple[float, dict[str, float]]:
+    """iperf3's rate (alone or in a flood), and where the CPU went while it ran (`cpu_while`)."""
     shares: dict[str, float] = {}
     thread = threading.Thread(target=lambda: shares.update(cpu_while(seconds)))
     thread.start()
@@ -385,11 +385,8 @@ def _flood(
         result = network.run("h2", command, timeout=seconds + 60)
         results["sent"] = int(result.output.split()[-2]) if result.returncode == 0 else 0
 
-    def throughput() -> None:
-        results["mbps"] = iperf(network, iperf_seconds(seconds))
-
-    def cpu() -> None:  # while iperf3 runs in the flood (not after it, as until 2026-11-30)
-        results["cpu"] = cpu_while(iperf_seconds(seconds))
+    def throughput() -> None:  # the CPU while iperf3 runs (not after it, as until 2026-11-30)
+        results["mbps"], results["cpu"] = iperf_and_cpu(network, iperf_seconds(seconds))
 
     def queues() -> None:
         results["spm_queue"] = spm_queue_depths(network, max(1.0, seconds - 1))
@@ -398,13 +395,12 @@ def _flood(
         threading.Thread(target=flooder),
         threading.Thread(target=throughput),
         threading.Thread(target=queues),
-        threading.Thread(target=cpu),
     ]
     for thread in threads:
         thread.start()
     time.sleep(1)
     results["connect"] = measure(network, 20)
-    results["api"] = api_times(network, max(1.0, seconds - 3 - 1))
+    results["api"] = api_times(network, max(1.0, iperf_seconds(seconds) - 1))
     for thread in threads:
         thread.join()
     results["drops"] = drops_since(network, before)
@@ -449,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, text in ((POLICIES[key], texts[key]) for key in chosen):
                 network.api("POST", "/api/v1/policy/apply", json={"path": path, "text": text})
                 waited = wait_for_quiet_cpm()
-                alone, shares = iperf_alone(network, iperf_seconds(args.seconds))
+                alone, shares = iperf_and_cpu(network, iperf_seconds(args.seconds))
                 alone_cpu.append((f"{name} (after {waited:.0f} s for a quiet CPM)", shares))
                 for rate in rates:
                     phase = len(rows)
