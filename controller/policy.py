@@ -3,8 +3,10 @@
 A policy says what the gateway is (ports and their roles, its addresses, the hosts it talks to
 directly), what it lets through (ACL rules, inline or a ClassBench file), what it inspects and
 where (IDS rules from a Snort rules file mapped to classes, classes to service chains, chains to
-SPM pools), how it translates (masquerade, port forwards), and how fast (meters). The reference
-of the format is in the README ("Policy file"); `controller/examples/gateway.yaml` is an example.
+SPM pools), how it translates (masquerade, port forwards), and how fast (meters). The format's
+reference is docs/reference/policy.md, generated from `controller/policy_schema.py` (which
+tests/controller/test_policy_schema.py holds to this parser: a key added here goes there too);
+`controller/examples/gateway.yaml` is an example.
 
 Loading never touches a switch: `load_policy` returns a frozen `Policy` or raises `ConfigError`.
 Files the policy names (ClassBench, Snort rules) are read relative to the policy file and checked
