@@ -160,6 +160,10 @@ def create_app(controller: Controller, token: str, console: Console | None = Non
 
     @app.get(f"{API}/status", summary="Controller, NPMs, sessions and SPMs at a glance")
     def status() -> dict[str, Any]:
+        """Answers `uptime_seconds`, `election_id`, the running `policy` (version, name, sha256,
+        path), `npms` (each NPM's address, role, sync state, tags, classifier bank, sessions),
+        `sessions` (counts), `icmp` (what the gateway answered itself), `spms`,
+        `events_pending`."""
         result: dict[str, Any] = call(controller.status)
         return result
 
@@ -169,6 +173,10 @@ def create_app(controller: Controller, token: str, console: Console | None = Non
         limit: int = Query(100, ge=1, le=100_000),
         offset: int = Query(0, ge=0),
     ) -> dict[str, Any]:
+        """Answers `total` (the sessions stored, of `npm` if given) and `sessions` (`limit` of
+        them from `offset`, oldest first), each with `entries`: true when the switch holds its
+        exact entries, false when only its data-plane slot, null when not in this controller's
+        memory."""
         controller.db_writer.flush()  # what the switch holds, the DB has too
         rows = controller.db.sessions(npm=npm, limit=limit, offset=offset)
         manager = controller.sessions
@@ -185,26 +193,32 @@ def create_app(controller: Controller, token: str, console: Console | None = Non
 
     @app.delete(f"{API}/sessions/{{session_id}}", summary="Remove a session (both directions)")
     def delete_session(session_id: int) -> dict[str, Any]:
+        """Answers `{"deleted": ID}`; 404 when the controller holds no such session."""
         result: dict[str, Any] = publish(ev.SessionDeleteRequested(session_id, "api"))
         return result
 
     @app.post(f"{API}/sessions/{{session_id}}/block", summary="Block a session (the flow stops)")
     def block_session(session_id: int) -> dict[str, Any]:
+        """Answers `{"blocked": ID}`; 404 when the controller holds no such session."""
         result: dict[str, Any] = publish(ev.SessionBlockRequested(session_id, "api"))
         return result
 
     @app.post(f"{API}/spms/{{name}}/drain", summary="Drain an SPM: weight 0, no new flows")
     def drain_spm(name: str) -> dict[str, Any]:
+        """Answers `spm`, `drained`, `weight`; 404 when the policy has no SPM of that name."""
         result: dict[str, Any] = publish(ev.SpmDrainRequested(name, True))
         return result
 
     @app.post(f"{API}/spms/{{name}}/restore", summary="Restore a drained SPM")
     def restore_spm(name: str) -> dict[str, Any]:
+        """Answers `spm`, `drained`, `weight`; 404 when the policy has no SPM of that name."""
         result: dict[str, Any] = publish(ev.SpmDrainRequested(name, False))
         return result
 
     @app.get(f"{API}/spms", summary="SPMs: status, weight, last load report")
     def spms() -> dict[str, Any]:
+        """Answers `spms`: each SPM's state (status, weight, last load report), with
+        `last_report_at` and `status_changed_at` from the database."""
         assert controller.spms is not None
         pool = controller.spms
         live: dict[str, Any] = call(lambda: {n: s.as_dict() for n, s in pool.states.items()})
@@ -217,10 +231,13 @@ def create_app(controller: Controller, token: str, console: Console | None = Non
 
     @app.get(f"{API}/alerts", summary="Latest alerts from the SPMs")
     def alerts(limit: int = Query(100, ge=1, le=10_000)) -> dict[str, Any]:
+        """Answers `alerts`: the latest `limit`, newest first (SPM, rule, action, flow, session)."""
         return {"alerts": controller.db.alerts(limit)}
 
     @app.get(f"{API}/hsm", summary="Classifier banks and compile statistics per NPM")
     def hsm() -> dict[str, Any]:
+        """Answers, per NPM, `active_bank`, `entries` per bank, the compile `stats`,
+        `lookups_per_packet`, `memory_accesses_per_packet` and each table's `fill`."""
         result: dict[str, Any] = call(controller.hsm_status)
         return result
 
@@ -228,6 +245,7 @@ def create_app(controller: Controller, token: str, console: Console | None = Non
 
     @app.get(f"{API}/policy", summary="The running policy")
     def policy() -> dict[str, Any]:
+        """Answers `version`, `summary` (what the policy holds, counted) and `text` (its file)."""
         running = controller.policy
         assert running is not None
         return {
@@ -238,6 +256,7 @@ def create_app(controller: Controller, token: str, console: Console | None = Non
 
     @app.get(f"{API}/policy/versions", summary="Policy versions, newest first")
     def policy_versions(limit: int = Query(50, ge=1, le=1000)) -> dict[str, Any]:
+        """Answers `versions`: version, name, sha256, status, source, error, created_at."""
         return {
             "versions": [
                 {
@@ -255,16 +274,23 @@ def create_app(controller: Controller, token: str, console: Console | None = Non
 
     @app.post(f"{API}/policy/validate", summary="Validate a policy without applying it")
     def policy_validate(request: PolicyRequest) -> dict[str, Any]:
+        """Answers `valid` (true) and the policy's `summary`; an invalid policy gets 422 with
+        `detail`, `path`, `line` and `field`."""
         return {"valid": True, "summary": load_policy(request.path, request.text).summary()}
 
     @app.post(f"{API}/policy/diff", summary="What applying a policy would write")
     def policy_diff(request: PolicyRequest) -> dict[str, Any]:
+        """Nothing is written. Answers `running_sha256`, `new_sha256`, `changed`, `npms` (what
+        each NPM would be written) and `text_diff` (a unified diff of the files); 422: invalid."""
         new = load_policy(request.path, request.text)
         result: dict[str, Any] = call(lambda: controller.diff_policy(new))
         return result
 
     @app.post(f"{API}/policy/apply", summary="Apply a policy: validate, write the difference")
     def policy_apply(request: PolicyRequest) -> dict[str, Any]:
+        """Answers `version`, `sha256`, `npms` (what each NPM was written), `rematched` and
+        `rematch_pending` (the open sessions held to the new policy); 422: invalid; 409: a
+        switch refused it (the running policy is restored)."""
         new = load_policy(request.path, request.text)
         result: dict[str, Any] = publish(ev.PolicyApplyRequested(new, request.source))
         return result
@@ -273,6 +299,8 @@ def create_app(controller: Controller, token: str, console: Console | None = Non
 
     @app.post(f"{API}/spm/{{name}}/load", summary="An SPM's load report (every second)")
     def spm_load(name: str, report: LoadReport) -> dict[str, Any]:
+        """Answers the SPM's `status` and selector `weight` after the report; 404: unknown
+        SPM; 422: a report that does not validate."""
         known_spm(name)
         values = report.model_dump()
         try:
@@ -284,12 +312,18 @@ def create_app(controller: Controller, token: str, console: Console | None = Non
 
     @app.post(f"{API}/spm/{{name}}/alerts", summary="An IPS/AV alert; drop/block blocks the flow")
     def spm_alert(name: str, alert: Alert) -> dict[str, Any]:
+        """Stored; an action of drop, block, reject or sdrop blocks the flow's session (or
+        blocks it once installed). Answers `alert` (its id), `session`, `blocked`; 404: unknown
+        SPM."""
         known_spm(name)
         result: dict[str, Any] = publish(ev.AlertReceived(name, alert.model_dump()))
         return result
 
     @app.post(f"{API}/spm/{{name}}/bypass", summary="Offload a clean flow to the fast path")
     def spm_bypass(name: str, request: Bypass) -> dict[str, Any]:
+        """Answers `session` and `bypassed`, and `pending` when the session is not known yet
+        (bypassed once installed); 409: its class allows no bypass, or it is blocked; 404:
+        unknown SPM."""
         known_spm(name)
         result: dict[str, Any] = publish(
             ev.BypassRequested(
@@ -300,6 +334,8 @@ def create_app(controller: Controller, token: str, console: Console | None = Non
 
     @app.get(f"{API}/spm/{{name}}/config", summary="What an SPM needs from the CPM (its tags)")
     def spm_config(name: str) -> dict[str, Any]:
+        """Answers `name` and `tags`: the next-hop tags it serves (two per NPM); 404: unknown
+        SPM."""
         known_spm(name)
         tags = sorted({t for s in controller.states.values() for t in (s.tag_base, s.tag_base | 1)})
         return {"name": name, "tags": tags}
@@ -308,12 +344,17 @@ def create_app(controller: Controller, token: str, console: Console | None = Non
 
     @app.get(f"{API}/counters", summary="What each NPM counted: drops, flow events, ports")
     def counters() -> dict[str, Any]:
+        """Read from the NPMs over P4Runtime when asked. Answers `npms`: each NPM's `drops` (by
+        reason: packets, bytes), `flow_events` (by event: count) and `ports` (rx/tx packets,
+        bytes)."""
         # P4Runtime reads, not the controller's state: made here, not on the event thread
         npms = controller.npm_counters()
         return {"npms": {name: c.view() for name, c in sorted(npms.items())}}
 
     @app.get(f"{API}/ipsec", summary="IPsec tunnels: configuration, active SPM, SAs, counters")
     def ipsec() -> dict[str, Any]:
+        """Answers `enabled`, the `address` and `pool`, `spms` (up, active) and `tunnels` (state,
+        active SPM, bytes, packets, rekeys, last error, SAs) from the active SPM's reports."""
         result: dict[str, Any] = call(controller.ipsec_status)
         return result
 
@@ -322,11 +363,17 @@ def create_app(controller: Controller, token: str, console: Console | None = Non
         summary="What an IPsec SPM polls: whether it is active, its address and tunnels",
     )
     def ipsec_spm_config(name: str) -> dict[str, Any]:
+        """Answers `name`, `ipsec`, `active` and, for an SPM of the IPsec pool, `address`,
+        `npm_mac`, `policy` and `tunnels` (for the active one only: what it loads, PSKs
+        included)."""
         result: dict[str, Any] = call(lambda: controller.ipsec_spm_config(name))
         return result
 
     @app.post(f"{API}/ipsec/spm/{{name}}/status", summary="An IPsec SPM's tunnels (every second)")
     def ipsec_spm_status(name: str, report: dict[str, Any]) -> dict[str, Any]:
+        """The body's `tunnels` (name, state, bytes and packets in/out, rekeys): the active
+        SPM's set the metrics. Answers `active` and `policy`; 404: unknown SPM; 422: bad
+        tunnels."""
         tunnels = report.get("tunnels")
         if not isinstance(tunnels, list) or not all(isinstance(t, dict) for t in tunnels):
             raise RequestError(422, "tunnels must be a list of objects")
@@ -337,6 +384,7 @@ def create_app(controller: Controller, token: str, console: Console | None = Non
 
     @app.get("/metrics", summary="Prometheus metrics", response_class=Response)
     def metrics() -> Response:
+        """The Prometheus text format (docs/reference/metrics.md lists the families)."""
         return Response(controller.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     return app

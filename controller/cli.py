@@ -101,7 +101,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Reads the password twice from the terminal (or once from standard input "
         "with --stdin) and prints NAME:scrypt$... for the controller's --console-users file.",
     )
-    user.add_argument("name")
+    user.add_argument("name", help="the user's name (no ':')")
     user.add_argument("--stdin", action="store_true", help="read the password from stdin")
     user.set_defaults(handler=_console_user)
 
@@ -114,8 +114,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     status.add_argument("--hsm", action="store_true", help="the classifier banks and statistics")
     status.set_defaults(handler=_status)
     sessions = client("sessions", "installed sessions")
-    sessions.add_argument("--npm")
-    sessions.add_argument("--limit", type=int, default=50)
+    sessions.add_argument("--npm", help="only this NPM's sessions")
+    sessions.add_argument("--limit", type=int, default=50, help="at most this many sessions")
     sessions.add_argument("--delete", type=int, metavar="ID", help="remove session ID")
     sessions.set_defaults(handler=_sessions)
     spms = client("spms", "SPMs: status, weight, load")
@@ -127,34 +127,42 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     counters.add_argument("--all", action="store_true", help="also the reasons and events at 0")
     counters.set_defaults(handler=_counters)
     alerts = client("alerts", "latest alerts from the SPMs")
-    alerts.add_argument("--limit", type=int, default=20)
+    alerts.add_argument("--limit", type=int, default=20, help="at most this many alerts")
     alerts.set_defaults(handler=_alerts)
 
     policy = sub.add_parser("policy", help="policy versions: apply, diff, show, validate")
     policy_sub = policy.add_subparsers(dest="policy_command", required=True)
     apply = policy_sub.add_parser("apply", help="push a new policy version (hitless)")
     _client_options(apply)
-    apply.add_argument("file", type=Path)
+    apply.add_argument("file", type=Path, help="the policy file (YAML)")
     apply.set_defaults(handler=_policy_apply)
     diff = policy_sub.add_parser("diff", help="what applying FILE would change")
     _client_options(diff)
-    diff.add_argument("file", type=Path)
+    diff.add_argument("file", type=Path, help="the policy file (YAML)")
     diff.set_defaults(handler=_policy_diff)
     show = policy_sub.add_parser("show", help="the running policy (or the version list)")
     _client_options(show)
-    show.add_argument("--versions", action="store_true")
+    show.add_argument(
+        "--versions", action="store_true", help="list the stored versions instead, newest first"
+    )
     show.set_defaults(handler=_policy_show)
     validate = policy_sub.add_parser("validate", help="check a policy file locally")
-    validate.add_argument("file", type=Path)
+    validate.add_argument("file", type=Path, help="the policy file (YAML)")
     validate.set_defaults(handler=_policy_validate)
 
 
 def _client_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--api", default=os.environ.get("OPENGATE_API", DEFAULT_API))
+    parser.add_argument(
+        "--api",
+        default=os.environ.get("OPENGATE_API", DEFAULT_API),
+        help="URL of the controller's REST API ($OPENGATE_API sets the default)",
+    )
     parser.add_argument(
         "--token-file",
         type=Path,
         default=Path(os.environ.get("OPENGATE_TOKEN_FILE", str(DEFAULT_TOKEN_FILE))),
+        help="the API token's file ($OPENGATE_TOKEN_FILE sets the default; $OPENGATE_TOKEN, "
+        "if set, is the token itself)",
     )
     parser.add_argument("--json", action="store_true", help="print the API's JSON")
 

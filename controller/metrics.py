@@ -25,11 +25,18 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.events = Counter("opengate_events", "Events dispatched", ["kind"], registry=r)
-        self.handler_errors = Counter(
-            "opengate_handler_errors", "Handlers that raised", ["kind"], registry=r
+        self.events = Counter(
+            "opengate_events", "Events the event bus dispatched, by kind", ["kind"], registry=r
         )
-        self.p4rt_writes = Counter("opengate_p4rt_writes", "Write RPCs", ["npm"], registry=r)
+        self.handler_errors = Counter(
+            "opengate_handler_errors",
+            "Event handlers that raised, by event kind",
+            ["kind"],
+            registry=r,
+        )
+        self.p4rt_writes = Counter(
+            "opengate_p4rt_writes", "P4Runtime Write RPCs sent", ["npm"], registry=r
+        )
         self.p4rt_updates = Counter(
             "opengate_p4rt_updates", "Updates sent in Write RPCs", ["npm"], registry=r
         )
@@ -38,13 +45,13 @@ class Metrics:
         )
         self.p4rt_write_seconds = Histogram(
             "opengate_p4rt_write_seconds",
-            "Write RPC duration",
+            "P4Runtime Write RPC duration",
             ["npm"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
         self.sessions_active = Gauge(
-            "opengate_sessions_active", "Sessions installed", ["npm"], registry=r
+            "opengate_sessions_active", "Sessions held now", ["npm"], registry=r
         )
         self.sessions_installed = Counter(
             "opengate_sessions_installed",
@@ -90,9 +97,11 @@ class Metrics:
         self.spm_weight = Gauge(
             "opengate_spm_weight", "Selector weight of the SPM", ["spm"], registry=r
         )
-        self.spm_cpu = Gauge("opengate_spm_cpu_percent", "Reported CPU", ["spm"], registry=r)
+        self.spm_cpu = Gauge(
+            "opengate_spm_cpu_percent", "CPU percent the SPM last reported", ["spm"], registry=r
+        )
         self.spm_queue = Gauge(
-            "opengate_spm_queue_depth", "Reported queue depth", ["spm"], registry=r
+            "opengate_spm_queue_depth", "Queue depth the SPM last reported", ["spm"], registry=r
         )
         self.spm_queue_dropped = Gauge(
             "opengate_spm_queue_dropped",
@@ -100,7 +109,9 @@ class Metrics:
             ["spm"],
             registry=r,
         )
-        self.alerts = Counter("opengate_alerts", "SPM alerts", ["spm", "action"], registry=r)
+        self.alerts = Counter(
+            "opengate_alerts", "Alerts the SPMs reported, by action", ["spm", "action"], registry=r
+        )
         self.ipsec_tunnel_up = Gauge(
             "opengate_ipsec_tunnel_up",
             "1 if the tunnel has an installed CHILD SA",

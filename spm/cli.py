@@ -51,11 +51,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ipsec.set_defaults(handler=_ipsec)
 
     check = sub.add_parser("check-config", help="validate a configuration file")
-    check.add_argument("config", type=Path)
+    check.add_argument("config", type=Path, help="the SPM's YAML configuration")
     check.set_defaults(handler=_check_config)
 
     rules = sub.add_parser("rules-check", help="load Snort rules and report unsupported ones")
-    rules.add_argument("rules", type=Path, nargs="+")
+    rules.add_argument("rules", type=Path, nargs="+", help="Snort 3 rule files")
     rules.add_argument(
         "--var", action="append", default=[], metavar="NAME=VALUE", help="a rule variable"
     )
@@ -64,7 +64,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     rules.set_defaults(handler=_rules_check)
 
     cleanup = sub.add_parser("cleanup", help="remove plumbing left by a crashed run")
-    cleanup.add_argument("--config", type=Path, required=True)
+    cleanup.add_argument(
+        "--config", type=Path, required=True, help="the configuration of the run that crashed"
+    )
     cleanup.set_defaults(handler=_cleanup)
 
     rep = sub.add_parser(
@@ -119,7 +121,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "Exit status: 0 done (with --compare: the engines agree); 1 they differ; 2 bad input.",
     )
     corpus.add_argument("rules", type=Path, nargs="+", help="Snort 3 rule files")
-    corpus.add_argument("--out", type=Path, required=True, metavar="FILE.pcap")
+    corpus.add_argument(
+        "--out", type=Path, required=True, metavar="FILE.pcap", help="the capture to write"
+    )
     corpus.add_argument("--seed", type=int, default=0, help="varies what the rules leave open")
     corpus.add_argument("--benign", type=int, default=50, help="benign flows (default 50)")
     corpus.add_argument("--compare", action="store_true", help="replay with both engines")

@@ -20,7 +20,12 @@ LOG = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--topology", type=Path, default=repo_root() / "topo" / "gateway.yaml")
+    parser.add_argument(
+        "--topology",
+        type=Path,
+        default=repo_root() / "topo" / "gateway.yaml",
+        help="the topology file (YAML)",
+    )
     parser.add_argument(
         "--run-dir",
         type=Path,
@@ -32,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="default",
         choices=sorted(P4_BUILDS),
         help="the P4 build to run: compact gives the classifier's chain tables a sixteenth of "
-        "the entries (BMv2 takes 0.8 GB a switch instead of 3.8; README, 'Running on BMv2')",
+        "the entries (BMv2 takes 0.8 GB a switch instead of 3.8; docs/howto/bmv2.md)",
     )
     parser.add_argument(
         "--exec",

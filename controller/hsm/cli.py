@@ -68,7 +68,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "classify", help="classify packets read from stdin ('SRC DST SPORT DPORT PROTO')"
     )
     _common(classify_parser)
-    classify_parser.add_argument("--engine", choices=("hsm", "linear"), default="hsm")
+    classify_parser.add_argument(
+        "--engine",
+        choices=("hsm", "linear"),
+        default="hsm",
+        help="hsm: walk the compiled tables as the P4 pipeline does; linear: search the rules in "
+        "order",
+    )
     classify_parser.add_argument(
         "--verbose",
         action="store_true",
