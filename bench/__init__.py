@@ -1,1 +1,2 @@
-"""Benchmarks: `make bench` runs every bench_*.py here and prints their Markdown tables."""
+"""Benchmarks: `make bench` runs every bench_*.py here, records each result in bench/results/
+and renders docs/benchmarks.md from them."""

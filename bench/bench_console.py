@@ -154,8 +154,11 @@ def main(argv: list[str]) -> int:
                     ("sessions data, search 10.1.0.42", data, {"q": "10.1.0.42"}),
                     ("overview data (5 minutes of samples)", "/console/data/overview", {}),
                 ]
-                print(f"{args.sessions:,} sessions in SQLite; {args.runs} runs; milliseconds\n")
-                print("| request | median | p95 | max |\n|---|---|---|---|")
+                print(
+                    f"Console requests with {args.sessions:,} sessions in SQLite, "
+                    f"{args.runs} runs, milliseconds\n"
+                )
+                print("| request | median | p95 | max |\n|---|---:|---:|---:|")
                 for what, path, params in cases:
                     response = client.get(path, params=params)
                     response.raise_for_status()
@@ -169,7 +172,6 @@ def main(argv: list[str]) -> int:
             if server is not None:
                 server.stop()
             controller.stop()
-    print("\nCommand: `.venv/bin/python -m bench.bench_console`")
     return 0
 
 

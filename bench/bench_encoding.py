@@ -1,5 +1,5 @@
 """Session entries to a serialised WriteRequest: the generated protobuf classes (what the
-controller does) against Updates serialised by hand (what it did until 2026-11-24), same entries.
+controller does) against Updates serialised by hand (its former session path), same entries.
 
 Each round encodes 4,096 session entries (a full Write of the controller: 2,048 sessions, both
 directions, forward action with its parameters and an idle timeout) into one WriteRequest and
@@ -138,18 +138,17 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             way(encoder, keys)
             times[name].append(time.perf_counter() - started)
-    print(f"Command: `.venv/bin/python -m bench.bench_encoding {' '.join(argv or sys.argv[1:])}`\n")
-    print(
-        f"{ENTRIES:,} session entries into one serialised WriteRequest "
-        f"({len(outputs[ways[0][0]]):,} bytes), {args.rounds} interleaved rounds, "
-        f"protobuf implementation `{api_implementation.Type()}`; the bytes are identical.\n"
-    )
+    print(f"{ENTRIES:,} session entries into one serialised WriteRequest\n")
     print("| encoding | median ms per Write | entries/s | time vs the controller's |")
-    print("|---|---|---|---|")
+    print("|---|---:|---:|---:|")
     base = statistics.median(times[ways[0][0]])
     for name, _ in ways:
         median = statistics.median(times[name])
         print(f"| {name} | {median * 1e3:.1f} | {ENTRIES / median:,.0f} | {median / base:.2f}x |")
+    print(
+        f"\nOne WriteRequest of {len(outputs[ways[0][0]]):,} bytes, {args.rounds} interleaved "
+        f"rounds, protobuf implementation `{api_implementation.Type()}`; the bytes are identical."
+    )
     return 0
 
 

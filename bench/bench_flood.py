@@ -26,7 +26,6 @@ import ipaddress
 import json
 import os
 import struct
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -458,8 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     if stopped:
         print(stopped)
     print(
-        f"Command: `{' '.join(['python -m bench.bench_flood', *(argv or sys.argv[1:])])}`, "
-        f"target {choice.target.value}, {args.seconds} s per flood\n"
+        f"A flood of new UDP flows from h2, {args.seconds} s each, target "
+        f"{choice.target.value}: what h1, iperf3 and the API saw\n"
     )
     print(
         "| policy | flood offered (flows/s) | sent | h1 connects ok | connect p50 / p99 ms "
@@ -481,11 +480,10 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['spm_drops']:,} | {events} |"
         )
     print(
-        "\nThe CPM's session set-up during each flood (from the digest's or packet-in's arrival "
-        "to the sessions written: `opengate_session_setup_seconds`, bucket bounds), and the "
-        "SPMs' queues (packets not yet answered, and those of them read by the dispatchers, "
-        "from their load reports every 0.5 s):\n"
+        "\niperf3 kept: its rate in the flood against the same flow alone, just before the "
+        "policy's floods."
     )
+    print("\nThe CPM's session set-up and the SPMs' queues during each flood\n")
     print(
         "| policy | set-ups from digests: n, p50 / p99 within ms | from packet-ins "
         "| SPM queue p50 / max | read by the dispatchers p50 / max |"
@@ -505,6 +503,12 @@ def main(argv: list[str] | None = None) -> int:
             for column in zip(*samples, strict=True)
         ]
         print(f"| {name} | {cells[0]} | {cells[1]} | {queue[0]} | {queue[1]} |")
+    print(
+        "\nSet-up: from the digest's or packet-in's arrival to the sessions written "
+        "(`opengate_session_setup_seconds`, bucket bounds); the SPMs' queues: packets not yet "
+        "answered, and those of them read by the dispatchers, from their load reports every "
+        "0.5 s."
+    )
     print(
         "\nWhere the CPU went while iperf3 ran, alone (before the policy's floods) and in each "
         "flood, from 1 s after its start to 0.5 s before its end (share of one core; the "

@@ -16,7 +16,6 @@ import dataclasses
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -82,16 +81,21 @@ def main(argv: list[str] | None = None) -> int:
         with GatewayNetwork(scenario_spec, run_dir, target=choice, spm_bypass=bypass) as network:
             rows.append((name, measure(network, args.seconds)))
     print(
-        f"Command: `{' '.join(['python -m bench.bench_gateway', *(argv or sys.argv[1:])])}`, "
-        f"target {choice.target.value}, iperf3 single TCP flow h1 -> out1, {args.seconds} s\n"
+        f"One iperf3 TCP flow h1 -> out1, {args.seconds} s, target {choice.target.value}: "
+        "each path against the gateway without inspection\n"
     )
-    print("| path | Mbit/s | retransmits |")
-    print("|---|---:|---:|")
+    print("| path | Mbit/s | retransmits | vs without inspection | vs the built-in engine |")
+    print("|---|---:|---:|---:|---:|")
+    plain = rows[0][1].get("mbps")
+    builtin = dict(rows)["inspected by an SPM, built-in engine"].get("mbps")
     for name, result in rows:
         if "error" in result:
-            print(f"| {name} | failed: {result['error'][0]} | |")
-        else:
-            print(f"| {name} | {result['mbps']:.1f} | {result['retransmits']} |")
+            print(f"| {name} | failed: {result['error'][0]} | | | |")
+            continue
+        mbps = result["mbps"]
+        ratio = f"{mbps / plain:.2f}x" if plain else "-"
+        engine = f"{mbps / builtin:.2f}x" if builtin and name.startswith("inspected") else "-"
+        print(f"| {name} | {mbps:.1f} | {result['retransmits']} | {ratio} | {engine} |")
     return 0
 
 

@@ -44,7 +44,6 @@ from bench.bench_softswitch import (
     entry_updates,
     first_pass_rate,
     highest_rate,
-    machine,
     miss_frames,
 )
 from controller.hsm.naive import compile_naive
@@ -242,10 +241,11 @@ def main(argv: list[str] | None = None) -> int:
     if not rows[0].pps:
         print("bench_hybrid: nothing to measure (no target through veths, in process off)")
         return 1
-    print(f"Machine: {machine()}  ")
-    command = " ".join([".venv/bin/python -m bench.bench_hybrid", *(argv or sys.argv[1:])])
-    print(f"Command: `{command}`; HSM-miss path, {CLASSBENCH}, packets/s\n")
-    print("| where | rules | default build | compile | default build | naive profile | ratio |")
+    print(f"HSM-miss path, {CLASSBENCH}, packets/s: the default build against the naive profile\n")
+    print(
+        "| where | rules | default build's tables | compile | default build | naive profile "
+        "| default / naive |"
+    )
     print("|---|---:|---|---:|---:|---:|---:|")
     for where in rows[0].pps:
         for m in rows:

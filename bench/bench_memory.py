@@ -135,12 +135,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="og-bench-memory-") as folder:
         rows = memory(args.pushes, Path(folder))
-    print(f"`python -m bench.bench_memory --pushes {args.pushes}`\n")
-    print("| target | build | empty MiB | after each push MiB |")
-    print("|---|---|---:|---|")
+    print(f"A switch's resident memory (VmRSS), empty and after each of {args.pushes} pushes\n")
+    print("| target | build | empty MiB | after each push MiB | last push vs the built-in switch |")
+    print("|---|---|---:|---|---:|")
+    soft = {b: after[-1] for t, b, _, after in rows if t == Target.SOFT.value and after}
     for target, build, empty, after in rows:
-        print(f"| {target} | {build} | {empty:,.0f} | {', '.join(f'{m:,.0f}' for m in after)} |")
+        ratio = f"{after[-1] / soft[build]:.2f}x" if after and soft.get(build) else "-"
+        pushed = ", ".join(f"{m:,.0f}" for m in after)
+        print(f"| {target} | {build} | {empty:,.0f} | {pushed} | {ratio} |")
     print()
+    print("What each build's classifier holds, compiled as the controller compiles it\n")
     print("| rule set | build | classifier |")
     print("|---|---|---|")
     for name, build, what in fits():

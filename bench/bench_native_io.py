@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
-import platform
 import select
 import shutil
 import socket
@@ -213,17 +212,25 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def table(rows: list[Row]) -> list[str]:
+def table(results: list[tuple[str, list[Row], list[float]]]) -> list[str]:
+    """One table of every build's rows; with a baseline (the first of two builds), each row's
+    forwarding rate against the baseline's at the same offered rate."""
+    baseline = results[0][1] if len(results) > 1 else None
     lines = [
-        "| Offered rate (frames/s) | Offered | Achieved offer (frames/s) | Taken in | Sent on "
-        "| Ring drops | Forwarding rate (frames/s) | Polling thread CPU per frame (ns) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| og_io.c of | Offered rate (frames/s) | Offered | Achieved offer (frames/s) | Taken in "
+        "| Sent on | Ring drops | Forwarding rate (frames/s) | Polling thread CPU per frame (ns) "
+        "| forwarding vs the baseline |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r.rate} | {r.offered:,} | {r.offered_rate:,.0f} | {r.received:,} "
-            f"| {r.forwarded:,} | {r.ring_drops:,} | {r.forward_rate:,.0f} | {r.cpu_ns:,.0f} |"
-        )
+    for name, rows, _ in results:
+        for n, r in enumerate(rows):
+            base = baseline[n].forward_rate if baseline else 0.0
+            ratio = f"{r.forward_rate / base:.2f}x" if base else "-"
+            lines.append(
+                f"| {name} | {r.rate} | {r.offered:,} | {r.offered_rate:,.0f} | {r.received:,} "
+                f"| {r.forwarded:,} | {r.ring_drops:,} | {r.forward_rate:,.0f} | {r.cpu_ns:,.0f} "
+                f"| {ratio} |"
+            )
     return lines
 
 
@@ -278,13 +285,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"bench_native_io: {e}", file=sys.stderr)
                 return 1
             results.append((revision or "working tree", rows, pings))
-    print(f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Linux {platform.release()}  ")
-    print(f"Command: `{' '.join(['python -m bench.bench_native_io', *(argv or sys.argv[1:])])}`")
-    for name, rows, _ in results:
-        print(f"\nog_io.c of the {name}:" if len(results) > 1 else "")
-        print("\n".join(table(rows)))
-    print("\n| og_io.c of | frames | lost | latency p50 / p99 / max (us) |")
-    print("|---|---:|---:|---|")
+    print("Forwarding through og_io with a trivial callback, 64-byte frames\n")
+    print("\n".join(table(results)))
+    print("\nLatency at a low rate, one frame in flight\n")
+    print("| og_io.c of | frames | lost | latency p50 / p99 / max (us) | p50 vs the baseline |")
+    print("|---|---:|---:|---|---:|")
+    base = percentile(results[0][2], 50) if len(results) > 1 and results[0][2] else 0.0
     for name, _, pings in results:
         figures = (
             " / ".join(
@@ -294,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
             if pings
             else "-"
         )
-        print(f"| {name} | {args.pings:,} | {args.pings - len(pings):,} | {figures} |")
+        ratio = f"{percentile(pings, 50) / base:.2f}x" if base and pings else "-"
+        lost = args.pings - len(pings)
+        print(f"| {name} | {args.pings:,} | {lost:,} | {figures} | {ratio} |")
     return 0
 
 

@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -297,9 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append((name, rate, one_rate(network, rate, args.seconds, phase, one)))
                 phase += 1
     print(
-        f"Command: `{' '.join(['python -m bench.bench_newflows', *(argv or sys.argv[1:])])}`, "
-        f"target {choice.target.value}, {args.seconds} s per rate, UDP idle after "
-        f"{args.udp_idle} s\n"
+        f"New flows from h2 at each rate, {args.seconds} s per rate, UDP idle after "
+        f"{args.udp_idle} s, target {choice.target.value}\n"
     )
     print(
         "| sessions made by | offered flows/s | sent | NPM in / out (port counters) | arrived "
@@ -321,20 +319,26 @@ def main(argv: list[str] | None = None) -> int:
     for name in dict.fromkeys(n for n, _, _ in rows):
         kept = [rate for n, rate, r in rows if n == name and lost(r) == 0]
         best[name] = max(kept) if kept else 0
+    print("\nThe highest rate with nothing lost: sessions made by the NPM against the CPM\n")
+    print(
+        "| sessions made by | highest rate with nothing lost | vs masqueraded by the CPM "
+        "| vs the switch's own rate |"
+    )
+    print("|---|---:|---:|---:|")
+    cpm, own = best.get(POLICIES["cpm"], 0), best.get(REFERENCE, 0)
+    for name, rate in best.items():
         what = "packets" if name == REFERENCE else "flows"
-        print(f"\n{name}: highest rate with nothing lost: {best[name] or 'none'} {what}/s")
+        vs_cpm = f"{rate / cpm:.1f}x" if cpm and name != REFERENCE else "-"
+        vs_own = f"{rate / own:.2f}x" if own and rate else "-"
+        print(f"| {name} | {f'{rate} {what}/s' if rate else 'none'} | {vs_cpm} | {vs_own} |")
     schema = P4Schema.load(p4_build_dir() / "opengate.p4info.txtpb")
     sessions = schema.tables.get(pc.T_SESSION).size // 2  # two entries, one per direction
     bound = sessions // min(args.udp_idle, args.seconds)
     print(
         f"\nThe session table holds {sessions} sessions; at {args.udp_idle} s idle, a rate above "
-        f"about {bound} flows/s for {args.seconds} s cannot all be sessions."
+        f"about {bound} flows/s for {args.seconds} s cannot all be sessions; no rate above "
+        f"{max(rates)}/s was offered."
     )
-    cpm = best.get(POLICIES["cpm"])
-    for key in ("routed", "ondemand"):
-        npm = best.get(POLICIES[key])
-        if cpm and npm:
-            print(f"\nsessions made by the NPM ({POLICIES[key]}) / by the CPM: {npm / cpm:.1f}x")
     return 0
 
 

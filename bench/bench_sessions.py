@@ -226,35 +226,49 @@ def main(argv: list[str] | None = None) -> int:
                 forwarded = measure(network, args.connections, "out1", (GATEWAY_OUTSIDE, 8080))
                 rows.append((f"port forward ({name}): session made by {maker}", forwarded))
     print(
-        f"Command: `{' '.join(['python -m bench.bench_sessions', *(argv or sys.argv[1:])])}`, "
-        f"target {choice.target.value}, h1 -> out1:80, {args.connections} each\n"
+        f"TCP connect times h1 -> out1:80, {args.connections} each, target "
+        f"{choice.target.value}: sessions made by the data plane against the CPM\n"
     )
-    print("| what | n | failed | p50 ms | p99 ms | max ms | over 900 ms |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| what | n | failed | p50 ms | p99 ms | max ms | over 900 ms | p50 / p99 vs the CPM's |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    made_by_cpm = {
+        name.startswith("port forward"): r
+        for name, r in rows
+        if name.endswith("session made by the CPM") and "error" not in r
+    }
     for name, r in rows:
         if "error" in r:
-            print(f"| {name} | failed: {r['error'][0]} | | | | | |")
-        else:
-            print(
-                f"| {name} | {r['n']} | {r['failed']} | {r['p50']:.2f} | {r['p99']:.2f} "
-                f"| {r['max']:.1f} | {r['stalls']} |"
-            )
+            print(f"| {name} | failed: {r['error'][0]} | | | | | | |")
+            continue
+        peer = made_by_cpm.get(name.startswith("port forward"))
+        vs_cpm = "-"
+        if peer is not None and "session made by" in name:
+            vs_cpm = f"{r['p50'] / peer['p50']:.2f}x / {r['p99'] / peer['p99']:.2f}x"
+        print(
+            f"| {name} | {r['n']} | {r['failed']} | {r['p50']:.2f} | {r['p99']:.2f} "
+            f"| {r['max']:.1f} | {r['stalls']} | {vs_cpm} |"
+        )
     print(
         "\nA new connection's p99 against the round trips on existing sessions taken in turn "
-        "with it (an ICMP echo flow is not inspected by the example policy's SPMs, the UDP "
-        "echo flow is):\n"
+        "with it\n"
     )
-    print("| policy | new connection p99 ms | ICMP echo p99 ms | UDP echo p99 ms | ratios |")
-    print("|---|---:|---:|---:|---|")
+    print(
+        "| policy | new connection p99 ms | ICMP echo p99 ms | UDP echo p99 ms "
+        "| new / ICMP echo | new / UDP echo |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
     for name, paired in pairs:
         new, icmp, udp = paired["connect"], paired["icmp"], paired["udp"]
         if any("error" in r for r in (new, icmp, udp)):
-            print(f"| {name} | failed | | | |")
+            print(f"| {name} | failed | | | | |")
             continue
         print(
             f"| {name} | {new['p99']:.2f} | {icmp['p99']:.2f} | {udp['p99']:.2f} "
-            f"| {new['p99'] / icmp['p99']:.1f}x / {new['p99'] / udp['p99']:.1f}x |"
+            f"| {new['p99'] / icmp['p99']:.1f}x | {new['p99'] / udp['p99']:.1f}x |"
         )
+    print(
+        "\nAn ICMP echo flow is not inspected by the example policy's SPMs, the UDP echo flow is."
+    )
     for name, r in rows:
         if r.get("stalled"):
             print(f"\n{name}: over 900 ms at attempts {r['stalled']} (0 = the first)")

@@ -25,10 +25,8 @@ End to end needs root. The whole run takes about two minutes.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ipaddress
 import os
-import platform
 import random
 import sys
 import time
@@ -73,6 +71,8 @@ CLASSBENCH = "classbench/acl1_1k"
 WRITE_BATCH = 5000
 FRAME_SIZES = (64, 1400)
 ENGINES = {"python": "Python engine", "native": "native"}
+BMV2_NAME = "BMv2 simple_switch_grpc"
+PYTHON_ENGINE = f"software switch ({ENGINES['python']})"  # the rows' target names
 PAIRS = (("ogb-s1", "ogb-p1"), ("ogb-s2", "ogb-p2"))
 
 
@@ -483,20 +483,6 @@ def end_to_end(
 # -- report --------------------------------------------------------------------------------------
 
 
-def machine() -> str:
-    cpu = "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (
-        f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, Linux {platform.release()}, "
-        f"Python {platform.python_version()}"
-    )
-
-
 def bmv2_build(binary: Path) -> str:
     """How BMv2 was configured, as far as its installed config.h says (logging macros cost
     much per table: `./configure --disable-logging-macros --disable-elogger` removes them)."""
@@ -512,12 +498,37 @@ def bmv2_build(binary: Path) -> str:
     return f"BMv2 {version} at {binary}: {logging}"
 
 
+def _vs(row: Row, peer: Row | None) -> str:
+    if row.pps is None or peer is None or not peer.pps:
+        return "-"
+    return f"{row.pps / peer.pps:.2f}x"
+
+
 def table(rows: Sequence[Row]) -> Iterator[str]:
-    yield "| target | how | path | packets/s | notes |"
-    yield "|---|---|---|---:|---|"
+    """The rows, each with its rate against BMv2's on the same path through veths, and against
+    the Python engine's on the same path measured the same way (in process or through veths)."""
+
+    def peer(target: str, row: Row) -> Row | None:
+        veth = row.how == "veth end to end"
+        return next(
+            (
+                r
+                for r in rows
+                if r.target == target
+                and r.path == row.path
+                and (r.how == "veth end to end") == veth
+                and (veth or r.how == "in process")
+            ),
+            None,
+        )
+
+    yield "| target | how | path | packets/s | vs BMv2 | vs the Python engine | notes |"
+    yield "|---|---|---|---:|---:|---:|---|"
     for r in rows:
         pps = f"{r.pps:,.0f}" if r.pps is not None else "-"
-        yield f"| {r.target} | {r.how} | {r.path} | {pps} | {r.note} |"
+        bmv2 = _vs(r, peer(BMV2_NAME, r)) if r.how == "veth end to end" else "-"
+        python = _vs(r, peer(PYTHON_ENGINE, r))
+        yield f"| {r.target} | {r.how} | {r.path} | {pps} | {bmv2} | {python} | {r.note} |"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -557,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_bmv2:
                 try:
                     bmv2 = select_target({**os.environ, "TARGET": "bmv2"})
-                    choices.append(("BMv2 simple_switch_grpc", bmv2))
+                    choices.append((BMV2_NAME, bmv2))
                 except TargetError:
                     rows.append(
                         Row("BMv2", "veth end to end", "-", None, f"{BMV2_BINARY} not on PATH")
@@ -568,10 +579,7 @@ def main(argv: list[str] | None = None) -> int:
                 notes.append(f"{name}: {len(work.updates):,} writes in {seconds_w:.1f} s")
                 if choice.target is Target.BMV2:
                     notes.append(bmv2_build(Path(choice.command[0])))
-    print(f"Machine: {machine()}  ")
-    command = " ".join([".venv/bin/python -m bench.bench_softswitch", *(argv or sys.argv[1:])])
-    print(f"Command: `{command}` (from the repository root, as root; BMv2 from PATH)")
-    print()
+    print("Packets per second through the OpenGate pipeline, per target, path and frame size\n")
     print("\n".join(table(rows)))
     print()
     for note in notes:

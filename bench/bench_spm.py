@@ -1,4 +1,5 @@
-"""SPM inspection benchmarks, as Markdown tables.
+"""SPM inspection benchmarks: one worker's throughput, one against two workers, dispatch schemes,
+the memory of forked workers, and a worker's time per packet.
 
 1. Throughput of one worker (`Worker.process` in a loop, in process, no NFQUEUE), Mbps of IP
    bytes and packets per second, with no rules, the community rules enabled in the file, and all
@@ -353,25 +354,33 @@ def start_clamd(base: Path) -> tuple[subprocess.Popen[bytes], str] | None:
     return proc, str(sock)
 
 
-def table(title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+def table(
+    title: str, header: Sequence[str], rows: Sequence[Sequence[object]], note: str = ""
+) -> None:
+    """A Markdown table under its title, and a note on how it was measured after it."""
     print(f"### {title}\n")
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
     for row in rows:
         print("| " + " | ".join(str(x) for x in row) + " |")
     print(flush=True)
+    if note:
+        print(f"{note}\n", flush=True)
 
 
 def bench_throughput(
     traffic: dict[str, list[bytes]], rulesets: dict[str, RuleSet | None], clamd: str | None
 ) -> None:
     rows = []
+    sizes = []
     for tname, packets in traffic.items():
         nbytes = sum(map(len, packets))
+        bare = 0.0  # packets/s with no rules, the first rule set
         for rname, rs in rulesets.items():
             engine = BuiltinEngine(rs) if rs is not None else None
             secs = run_worker(Worker(cfg(), engine), packets)
             mbps, pps = rate(packets, secs)
+            bare = bare or pps
             rows.append(
                 (
                     tname,
@@ -380,6 +389,7 @@ def bench_throughput(
                     f"{mbps:.1f}",
                     f"{pps:,.0f}",
                     f"{secs * 1e6 / len(packets):.1f}",
+                    f"{pps / bare:.2f}x",
                 )
             )
         if clamd is not None and "HTTP" in tname:
@@ -396,13 +406,15 @@ def bench_throughput(
                     f"{mbps:.1f}",
                     f"{pps:,.0f}",
                     f"{secs * 1e6 / len(packets):.1f}",
+                    f"{pps / bare:.2f}x" if bare else "-",
                 )
             )
-        print(f"<!-- {tname}: {len(packets)} packets, {nbytes / 1e6:.1f} MB -->", flush=True)
+        sizes.append(f"{tname}: {len(packets)} packets, {nbytes / 1e6:.1f} MB")
     table(
         "One worker, in process (Worker.process in a loop)",
-        ("traffic", "IPS rules", "AV", "Mbps", "packets/s", "µs/packet"),
+        ("traffic", "IPS rules", "AV", "Mbps", "packets/s", "µs/packet", "vs no rules"),
         rows,
+        f"One worker's traffic: {'; '.join(sizes)}.",
     )
 
 
@@ -510,9 +522,7 @@ def bench_scaling(packets: list[bytes], rs: RuleSet | None, rname: str) -> None:
         )
     load = os.getloadavg()[0]
     table(
-        f"Scaling, mixed traffic, {rname} rules, worker processes (hash5; median of 3 runs; "
-        f"{os.cpu_count()} cores shared with the dispatcher and other jobs: load average "
-        f"{load:.1f})",
+        "One worker process against two, mixed traffic",
         (
             "workers",
             "Mbps",
@@ -523,6 +533,8 @@ def bench_scaling(packets: list[bytes], rs: RuleSet | None, rname: str) -> None:
             "speed-up with a free core per worker",
         ),
         rows,
+        f"Scaling: {rname} rules, hash5 dispatch, the median of 3 runs; {os.cpu_count()} cores "
+        f"shared with the dispatcher and other jobs (load average {load:.1f}).",
     )
 
 
@@ -593,9 +605,12 @@ def simulate(
 
 def bench_dispatch(packets: list[bytes], flows: int, rs: RuleSet | None, rname: str) -> None:
     rows = []
+    measured = {}
     for scheme in ("hash2", "hash5", "jsq"):
         runs = sorted((run_pool(packets, 2, scheme, rs) for _ in range(3)), key=lambda r: r.seconds)
-        run = runs[1]  # the median of three: the machine is shared
+        measured[scheme] = runs[1]  # the median of three: the machine is shared
+    cored = {k: len(packets) / max(run.busiest_cpu, 1e-6) for k, run in measured.items()}
+    for scheme, run in measured.items():
         _mbps, pps = rate(packets, run.seconds)
         share = max(run.per_worker) / sum(run.per_worker)
         rows.append(
@@ -604,22 +619,24 @@ def bench_dispatch(packets: list[bytes], flows: int, rs: RuleSet | None, rname: 
                 f"{run.seconds:.2f}",
                 f"{pps:,.0f}",
                 f"{run.busiest_cpu:.2f} / {run.worker_cpu:.2f}",
-                f"{len(packets) / max(run.busiest_cpu, 1e-6):,.0f}",
+                f"{cored[scheme]:,.0f}",
+                f"{cored[scheme] / cored['hash5']:.2f}x",
                 f"{100 * share:.0f} %",
             )
         )
     table(
-        f"Dispatch on a skewed flow mix ({len(packets):,} packets), 2 worker processes, "
-        f"median of 3 runs ({rname})",
+        "Dispatch schemes on a skewed flow mix, 2 worker processes",
         (
             "scheme",
             "seconds to drain",
             "packets/s",
             "CPU s: busiest worker / both",
             "packets/s with a core per worker",
+            "the same vs hash5",
             "busiest worker's packets",
         ),
         rows,
+        f"Dispatch: {len(packets):,} packets, the median of 3 runs, {rname} rules.",
     )
     traces = [(packets, service_times(packets, rs))]
     for seed in (11, 12):
@@ -627,29 +644,42 @@ def bench_dispatch(packets: list[bytes], flows: int, rs: RuleSet | None, rname: 
         traces.append((more, service_times(more, rs)))
     rows2: list[tuple[object, ...]] = []
     for workers in (4, 8):
+        simulated = {}
         for scheme in ("hash2", "hash5", "jsq"):
             results = [
                 simulate(pk, times, workers, scheme, 0.8, 1024, seed)
                 for pk, times in traces
                 for seed in (1, 2, 3)
             ]
-            mean, p99, drop, share = (sum(r[k] for r in results) / len(results) for k in range(4))
+            simulated[scheme] = [sum(r[k] for r in results) / len(results) for k in range(4)]
+        for scheme, (mean, p99, drop, share) in simulated.items():
+            base = simulated["hash5"][0]
             rows2.append(
                 (
                     workers,
                     scheme,
                     f"{mean:,.0f}",
+                    f"{mean / base:.2f}x" if base else "-",
                     f"{p99:,.0f}",
                     f"{drop:.2f} %",
                     f"{100 * share:.0f} % (ideal {100 / workers:.0f} %)",
                 )
             )
     table(
-        "Dispatch on the skewed mix, simulated (80 % load, 1,024-packet queue per worker, "
-        "service time of each packet measured (least of 3 passes); mean of 3 traces x 3 "
-        "arrival seeds)",
-        ("workers", "scheme", "mean delay µs", "p99 delay µs", "dropped", "busiest worker's work"),
+        "Dispatch schemes on the skewed mix, simulated for 4 and 8 workers",
+        (
+            "workers",
+            "scheme",
+            "mean delay µs",
+            "mean delay vs hash5",
+            "p99 delay µs",
+            "dropped",
+            "busiest worker's work",
+        ),
         rows2,
+        "Simulated dispatch: 80 % load, a 1,024-packet queue per worker, each packet's service "
+        "time as one worker measured it (the least of 3 passes); the mean of 3 traces x 3 "
+        "arrival seeds.",
     )
 
 
@@ -716,7 +746,7 @@ def bench_flow_costs(rs: RuleSet | None, rname: str, n: int) -> None:
     ]
     bulk = Tcp(h1, out1, 40000, 5201)
     segments = bulk.open() + bulk.send(True, rng.randbytes(1448 * n))
-    rows = []
+    per_packet = []
     for what, packets in (
         ("new UDP flows, one 18-byte datagram each", datagrams),
         ("one TCP flow's 1,448-byte segments", segments),
@@ -725,11 +755,14 @@ def bench_flow_costs(rs: RuleSet | None, rname: str, n: int) -> None:
             run_worker(Worker(cfg(), BuiltinEngine(rs) if rs else None, None), packets)
             for _ in range(3)
         )
-        rows.append((what, len(packets), f"{best / len(packets) * 1e6:.1f}"))
+        per_packet.append((what, len(packets), best / len(packets)))
+    segment = per_packet[-1][2]
+    rows = [(w, n, f"{t * 1e6:.1f}", f"{t / segment:.2f}x") for w, n, t in per_packet]
     table(
-        f"A worker's time per packet, {rname} rules (least of 3 passes, in process)",
-        ("packets", "n", "us per packet"),
+        "A worker's time per packet: a flood's new flows against a bulk TCP flow",
+        ("packets", "n", "us per packet", "vs a TCP segment"),
         rows,
+        f"Time per packet: {rname} rules, the least of 3 passes, in process.",
     )
 
 
@@ -781,8 +814,7 @@ def bench_memory(counts: Sequence[int]) -> None:
             (n, f"{forked / 2**20:.0f}", f"{separate / 2**20:.0f}", f"{separate / forked:.1f}x")
         )
     table(
-        f"Memory with all {RULES.name} rules loaded (one process that loaded them: RSS "
-        f"{one / 2**20:.0f} MiB)",
+        "Memory of N workers with the rules loaded: forked against separate processes",
         (
             "workers",
             "forked after loading: total PSS MiB (dispatcher + workers)",
@@ -790,6 +822,8 @@ def bench_memory(counts: Sequence[int]) -> None:
             "saving",
         ),
         rows,
+        f"Memory: all {RULES.name} rules loaded; one process that loaded them has an RSS of "
+        f"{one / 2**20:.0f} MiB.",
     )
 
 
@@ -803,7 +837,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.ERROR)
     scale = 1 if args.quick else 5
     rng = random.Random(1)
-    started = time.monotonic()
     enabled = load_ruleset([str(RULES)], {})
     everything = load_ruleset([str(RULES)], {}, include_disabled=True)
     rulesets: dict[str, RuleSet | None] = {
@@ -812,7 +845,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"community, all supported ({everything.report.loaded})": everything,
     }
     traffic = {"HTTP-heavy": http_heavy(rng, 60 * scale), "mixed": mixed(rng, 150 * scale)}
-    print(f"Command: `.venv/bin/python -m bench.bench_spm{' --quick' if args.quick else ''}`\n")
     with tempfile.TemporaryDirectory() as tmp:
         clamd = start_clamd(Path(tmp))
         try:
@@ -825,7 +857,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench_scaling(traffic["mixed"], everything, all_name)
     bench_dispatch(skewed(rng, 100 * scale), 100 * scale, everything, all_name)
     bench_memory((1, 2, 4) if args.quick else (1, 2, 4, 7))
-    print(f"<!-- bench_spm took {time.monotonic() - started:.0f} s -->")
     return 0
 
 

@@ -198,11 +198,7 @@ def analyse(capture: Capture) -> dict[str, Any]:
 
 def table(rows: list[tuple[str, dict[str, Any]]]) -> None:
     """The stages of each traced flood, as Markdown."""
-    print(
-        "\nWhere h1's connections spent their time during each flood (`--trace`: tcpdump on "
-        "the NPM's ports and its P4Runtime connection; per stage, the connections that passed "
-        "it, median / largest ms):\n"
-    )
+    print("\nWhere h1's connections spent their time during each flood (`--trace`)\n")
     print("| policy | stage | connections | median ms | largest ms |")
     print("|---|---|---:|---:|---:|")
     for name, trace in rows:
@@ -214,3 +210,7 @@ def table(rows: list[tuple[str, dict[str, Any]]]) -> None:
                 f"| {name} | SYN in to SYN-ACK out, in all | {len(totals)} | "
                 f"{statistics.median(totals):.1f} | {max(totals):.1f} |"
             )
+    print(
+        "\nThe trace: tcpdump on the NPM's ports and its P4Runtime connection; per stage, the "
+        "connections that passed it, median / largest ms."
+    )
