@@ -14,7 +14,7 @@ P4_SOURCES := $(shell find p4src -name '*.p4' -not -path 'p4src/build/*')
 P4_BUILD   := p4src/build
 P4_FLAGS   := --std p4-16 -I p4src
 
-.PHONY: help setup run test p4 constants ptf e2e bench lint clean check-p4c unit tofino
+.PHONY: help setup run test p4 constants ptf e2e bench lint clean check-p4c unit tofino docs
 
 help: ## list the targets
 	@echo "OpenGate make targets (TARGET=soft|bmv2 picks the data plane; default: bmv2 if installed):"
@@ -38,7 +38,7 @@ lint: setup ## ruff (lint and format check) and mypy --strict
 	$(VENV)/bin/mypy
 
 check-p4c:
-	@command -v $(P4C) >/dev/null || { echo "make p4: $(P4C) (p4c's BMv2 backend) is not installed; install p4c (README, 'Running on BMv2') or use the committed p4src/build/"; exit 1; }
+	@command -v $(P4C) >/dev/null || { echo "make p4: $(P4C) (p4c's BMv2 backend) is not installed; install p4c (docs/howto/bmv2.md) or use the committed p4src/build/"; exit 1; }
 
 p4: check-p4c ## compile p4src/ with p4c into p4src/build/ (BMv2 JSON + P4Info), every build
 	@mkdir -p $(P4_BUILD)/naive_acl $(P4_BUILD)/compact
@@ -64,8 +64,13 @@ ptf: setup ## the PTF packet tests against TARGET (veths set up and torn down by
 e2e: setup ## the end-to-end tests across the Mininet topology
 	$(PY) -m pytest tests -m e2e
 
-bench: setup ## the benchmarks (BENCH="hsm softswitch" for some); prints the README tables
-	$(PY) -m bench $(BENCH)
+bench: setup ## the benchmarks (BENCH="hsm softswitch" for some, ARGS for one); writes bench/results/ and docs/benchmarks.md
+	$(PY) -m bench $(BENCH) $(if $(ARGS),-- $(ARGS))
+
+docs: setup ## regenerate docs/reference/ and docs/benchmarks.md from the code, build the site in run/site
+	$(PY) -m docgen
+	$(PY) -m bench.render
+	$(VENV)/bin/mkdocs build --strict --site-dir run/site
 
 clean: ## remove caches and run-time files (not the virtualenv: `rm -rf .venv`)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis run

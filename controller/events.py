@@ -224,9 +224,9 @@ _WAKE = _Item(Event(), Future())  # a queue entry that only wakes the dispatcher
 
 
 class EventBus:
-    # 128: an API look (`call_now`) waits for one batch; with 512, under a flood of 10,000 new
-    # flows/s, GET /api/v1/status had a p99 of 77-192 ms, with 128 58-67 ms (bench_flood, routed,
-    # two runs each, 2026-11-25), and the CPM path still installs 8,000 sessions/s without loss.
+    # 128: an API look (`call_now`) waits for one batch; under a flood of new flows 512 made
+    # GET /api/v1/status's p99 two or three times longer (bench_flood), and with 128 the CPM path
+    # still installs its sessions without loss.
     def __init__(self, metrics: Metrics | None = None, max_batch: int = 128) -> None:
         self.metrics = metrics
         self.max_batch = max_batch

@@ -55,14 +55,11 @@ DIGEST_MAX_LIST = 1
 DIGEST_MAX_TIMEOUT_NS = 0
 # Where the data plane makes them, no packet waits for a digest (a flow whose slots are both held
 # waits at the CPM as a packet-in instead): lists of up to 128 records, held at most 20 ms, so
-# that a flood of new flows costs the CPM a stream message and an ack per list, not per flow (one
-# record per message took a third of a core at 1,300 new flows/s). Held 5 ms, the lists of a flood
-# the new-flow meter lets through at 1,200 flows/s were about 6 records long, and gRPC's handling
-# of those 400 messages a second (the channel's polling thread, py-spy) was about half of the
-# CPM's 20-31 % of a core; at 20 ms the CPM took 10-17 %, and the inspected flow beside the flood
-# kept 71-83 % of its rate (62-73 % at 5 ms; README "Figures"). The CPM learns of a flow up to 20
-# ms later. BMv2's P4Runtime server (PI) raises any max_timeout_ns to 100 ms and sends at its
-# second sweep, so there the CPM learns of a flow 100-200 ms after its first packet.
+# that a flood of new flows costs the CPM a stream message and an ack per list, not per flow: with
+# lists held 5 ms, gRPC's handling of a flood's short lists was about half of the CPM's work, and
+# the inspected flow beside the flood kept less of its rate (bench_flood). The CPM learns of a
+# flow up to 20 ms later. BMv2's P4Runtime server (PI) raises any max_timeout_ns to 100 ms and
+# sends at its second sweep, so there the CPM learns of a flow 100-200 ms after its first packet.
 DP_DIGEST_MAX_LIST = 128
 DP_DIGEST_MAX_TIMEOUT_NS = 20_000_000
 DIGEST_ACK_TIMEOUT_NS = 1_000_000_000

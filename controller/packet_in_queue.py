@@ -3,10 +3,8 @@ opening packets that need the CPM cannot make other hosts' packets wait behind i
 
 The NPM's meters bound what each source may send to the CPU (`cpu_meters`, `per_source`), but
 not how long the CPM takes over it: when packet-ins come faster than the CPM sets up their
-sessions, a single first-in first-out queue made every packet wait for the whole backlog. A
-flood of 1,000 NAT flows a second from one inside host (bench_flood, `cpm`, 2026-11-28) kept
-the CPM's set-up latency at 0.2-1 s for everyone, and another host's new connections took
-290 ms at p50 and 940 ms at p99.
+sessions, a single first-in first-out queue made every packet wait for the whole backlog: one
+inside host's flood of NAT flows held everyone's set-up for up to a second (bench_flood, `cpm`).
 
 Here each source (the IPv4 source address of the packet as it arrived, else its ingress port)
 has a queue of its own, at most `per_source` packets long: a packet that finds its source's queue

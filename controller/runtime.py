@@ -664,7 +664,7 @@ class Controller:
         """`desired_base` for an NPM, its part that the SPMs' weights do not decide made again
         only when the policy or the NPM changed: the weights move with the SPMs' load reports,
         and making the whole base each time (every cell of the per-source meters among it) took
-        a sixth of the CPM's interpreter during a flood of new flows (py-spy, 2026-11-29)."""
+        a sixth of the CPM's interpreter during a flood of new flows (py-spy)."""
         key = (policy.sha256, state.tag_base, frozenset(state.conn.available))
         if state.static_base is None or state.static_base[0] != key:
             state.static_base = (key, static_base(policy, state.tag_base, state.conn.available))

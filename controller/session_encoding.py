@@ -3,7 +3,7 @@
 `SessionEncoder` builds the session table's entries without name look-ups per entry, and writes
 batches of `SessionUpdate`s straight into a WriteRequest's Updates (`fill`), so that no message
 is built twice. (Hand-serialised Updates were measured against this and gained nothing once the
-request is serialised for gRPC: `bench/bench_encoding.py`, README "Figures".)
+request is serialised for gRPC: `bench/bench_encoding.py`, docs/benchmarks.md.)
 """
 
 from __future__ import annotations

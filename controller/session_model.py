@@ -1,7 +1,8 @@
 """A session as the CPM holds it: its two directions' keys, its NAT binding, its verdict, and
-how it maps onto the `session` table's two entries (the data plane's contract, README "NAT and
-inspection"), both ways: the entries a session needs (`direction_params`), and the session a
-pair of entries found on a switch stands for (`partner_key`, `session_from_entries`)."""
+how it maps onto the `session` table's two entries (the data plane's contract,
+docs/explanation/architecture.md, "NAT and inspection"), both ways: the entries a session needs
+(`direction_params`), and the session a pair of entries found on a switch stands for
+(`partner_key`, `session_from_entries`)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ entries written here take over from it) or from a packet-in (the opening packet 
 allocates the binding, installs both directions, and re-injects the packet through the pipeline).
 Both directions carry the class and the SPM the data plane chose, so the flow stays on that SPM.
 
-Entries per session (the data plane's contract, see README "NAT and inspection"):
+Entries per session (the data plane's contract, docs/explanation/architecture.md, "NAT and
+inspection"):
 
 * original direction, key = the 5-tuple as the first packet arrived, nat_before_spm = 0;
 * reply direction, key = the reverse of the original's tuple after NAT, with the inverse rewrite

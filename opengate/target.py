@@ -59,8 +59,8 @@ def select_target(env: dict[str, str] | None = None) -> TargetChoice:
     if target is Target.BMV2:
         if not bmv2:
             raise TargetError(
-                f"TARGET=bmv2 but {BMV2_BINARY} is not on PATH; install BMv2 (see README, "
-                "'Running on BMv2') or use TARGET=soft"
+                f"TARGET=bmv2 but {BMV2_BINARY} is not on PATH; install BMv2 (see "
+                "docs/howto/bmv2.md) or use TARGET=soft"
             )
         return TargetChoice(Target.BMV2, (bmv2,), "TARGET=bmv2")
     return TargetChoice(Target.SOFT, _soft_command(), "TARGET=soft")

@@ -88,7 +88,7 @@ def find_bf_p4c(env: dict[str, str] | None = None) -> str:
     if found is None:
         raise BfP4cMissingError(
             "bf-p4c (the Tofino backend of p4c) is not installed: it is not on PATH nor in "
-            f"{prefix}/bin. It is built from p4c's source (README 'Running on Tofino'); "
+            f"{prefix}/bin. It is built from p4c's source (docs/howto/toolchain.md); "
             "without it `make tofino` cannot compile, and p4src/build/tofino/ keeps the "
             "committed summaries."
         )

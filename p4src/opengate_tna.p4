@@ -104,7 +104,7 @@ parser TnaIngressParser(packet_in pkt, out tna_headers_t hdr, out local_metadata
 // What a way's RegisterAction found is its stateful ALU's predicate, bits 11:4 of the ALU's
 // output word: in an 8-bit container those bits come from two action data bus slots, which
 // one ALU operation cannot read ("invalid container action": bf-p4c picks such a container
-// for them since the slot key changed, 2026-11-30). A 16-bit container takes them from one.
+// for them with the ordered slot key). A 16-bit container takes them from one.
 @pa_container_size("ingress", "meta.flow_way0_found", 16)
 @pa_container_size("ingress", "meta.flow_way1_found", 16)
 #endif

@@ -6,8 +6,8 @@ run fails. Extra arguments are passed to ptf (e.g. a test name such as test_nat.
 
 On BMv2 the whole suite runs one test module at a time, each on a switch of its own: the tests
 start from fresh state by pushing the pipeline again (BMv2 takes no register writes), and BMv2
-grows by about 300 MB a push (3.8 GB after the first, 12.9 GB after the 99 tests of one run, when
-the kernel killed it on 2026-11-29).
+grows by about 300 MB a push (3.8 GB after the first; a whole run of the suite on one switch grew
+past 12 GB, enough for the kernel to kill it beside other work).
 """
 
 from __future__ import annotations

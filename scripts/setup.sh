@@ -73,7 +73,7 @@ for tool in p4c-bm2-ss simple_switch_grpc; do
   if command -v "$tool" >/dev/null 2>&1; then
     log "found $tool: $(command -v "$tool")"
   else
-    log "not found: $tool (optional; see README 'Running on BMv2')"
+    log "not found: $tool (optional; see docs/howto/bmv2.md)"
   fi
 done
 printf 'setup: '; "$VENV/bin/python" -m opengate.target

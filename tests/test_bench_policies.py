@@ -74,7 +74,8 @@ def test_the_new_flow_bench_makes_its_variants_of_the_measurement_policy() -> No
     loaded = _load(base)
     assert all(c.chain is None for c in loaded.classes)
     # no meter on the path to the CPU, per reason or per source, and no new-flow limit: they
-    # cap the rates on purpose (the example's block spans lines since 2026-11-28, and was kept)
+    # cap the rates on purpose (the example's cpu_meters block spans lines: a one-line pattern
+    # that drops it would keep it)
     assert _load(EXAMPLE.read_text()).cpu_meters, "the example policy has CPU meters"
     assert (loaded.cpu_meters, loaded.cpu_source_meter) == ({}, None)
     assert loaded.sessions.new_flows_per_source is None

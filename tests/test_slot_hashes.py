@@ -95,9 +95,9 @@ def test_the_key_tells_any_two_flows_apart(key: Key, pair: tuple[Tuple5, Tuple5]
 
 @KEYS
 def test_the_xor_and_sum_key_did_not(key: Key) -> None:
-    """The key before (src ^ dst, src + dst and the same of the ports; until 2026-11-29 on
-    v1model, 2026-11-30 on Tofino) made these two flows, from one host to one server on
-    neighbouring ports, one key; this key does not."""
+    """A symmetric key of XORs and sums (src ^ dst, src + dst and the same of the ports) makes
+    these two flows, from one host to one server on neighbouring ports, one key; this key does
+    not."""
     a = (0x0A00010A, 0xC6336414, 6, 40000, 20000 | 128)
     b = (0x0A00010A, 0xC6336414, 6, 40000 | 128, 20000)
 

@@ -61,8 +61,9 @@ def _actions(info: p4i.P4Info) -> dict[str, tuple[tuple[str, int], ...]]:
 # Objects of the v1model build that the TNA build does not have, by design: data-plane sessions
 # are register arrays read and written in one pass (OG_DP_SESSIONS), which Tofino's
 # RegisterActions cannot express; Tofino's own slots (OG_FLOW_SLOTS, -DOG_TNA_DP_SESSIONS, flows
-# without NAT) are not in the default builds yet, which keep the controller path (README "Running
-# on Tofino"). Of the hybrid's tables, Tofino 2's builds have the ACL spill table (OG_HSM_SPILL);
+# without NAT) are in a build of their own; the default builds keep the controller path
+# (docs/explanation/tofino.md). Of the hybrid's tables, Tofino 2's builds have the ACL spill
+# table (OG_HSM_SPILL);
 # the IDS spill table, the second and third ACL partitions (whose indexes the segment actions also
 # return) and, on Tofino 1, the ACL spill table too have not been fitted into Tofino's stages.
 V1MODEL_ONLY = {
@@ -137,8 +138,8 @@ def test_summaries_were_made_from_the_current_sources() -> None:
             "`make tofino` on a machine with bf-p4c refreshes them"
         )
     pytest.fail(
-        "p4src/ changed since p4src/build/tofino/ was written: run `make tofino` (README "
-        "'Running on Tofino')"
+        "p4src/ changed since p4src/build/tofino/ was written: run `make tofino` "
+        "(docs/howto/tofino.md)"
     )
 
 
@@ -287,7 +288,7 @@ def _tna_includes() -> Path | None:
 
 
 # The builds `make tofino` makes, and Tofino 1 with the data-plane session slots, which do not
-# fit its twelve stages (README "Running on Tofino").
+# fit its twelve stages (docs/explanation/tofino.md).
 P4TEST_BUILDS = (
     *tofino.BUILDS,
     tofino.Build("tofino", "tna", "dp_sessions", ("-DOG_TNA_DP_SESSIONS",)),

@@ -101,7 +101,7 @@ const nat_kind_t NAT_NONE        = 0;
 const nat_kind_t NAT_REWRITE_SRC = 1;
 const nat_kind_t NAT_REWRITE_DST = 2;
 
-// What the data-plane session slots did (index of flow_event_counter; README "The NPM pipeline").
+// What the data-plane session slots did (index of flow_event_counter; docs/explanation/dp-sessions.md).
 const bit<32> FLOW_EVENT_CREATED   = 0;  // an opening packet claimed a free slot
 const bit<32> FLOW_EVENT_RECLAIMED = 1;  // ...a slot whose flow had aged out
 const bit<32> FLOW_EVENT_HIT       = 2;  // a packet admitted by a slot (no exact entry yet)

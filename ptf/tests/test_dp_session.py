@@ -2,8 +2,8 @@
 reply and later packets are admitted by it before any controller write; a slot admits only its
 own flow; collisions, ageing and the controller's removals are counted and fail closed.
 
-Only the v1model build has data-plane sessions (README "The NPM pipeline"); both v1model targets
-(BMv2, the built-in switch) run these tests.
+Only the v1model build has data-plane sessions (docs/explanation/dp-sessions.md); both v1model
+targets (BMv2, the built-in switch) run these tests.
 """
 
 from __future__ import annotations

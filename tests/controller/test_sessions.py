@@ -200,7 +200,7 @@ def test_a_collision_waits_at_the_controller_for_its_routed_session(
     a flow that needs no NAT (out1 -> h1: no masquerade that way): both directions installed as
     the data plane classified it, no binding, then the packet sent on through the pipeline. The
     same against Tofino's slots (which do not retire themselves; their collisions come as
-    packet-ins too since 2026-11-30); one packet-out, nothing else."""
+    packet-ins too); one packet-out, nothing else."""
     if slots == "tofino":
         monkeypatch.setattr(NpmConnection, "slots_retire_themselves", property(lambda _self: False))
     controller = make_controller(switch)

@@ -57,8 +57,8 @@ def test_a_spill_the_census_says_fits_fits_and_classifies_like_linear_search(
     assert_same_as_linear(compiled.entries, acl, [], _packets(acl, [], 40))
 
 
-# Spilled by the static ranking (wide in both addresses, then the product of the segments
-# covered) before the spill was chosen by cost, 2026-11-24.
+# What the static ranking (wide in both addresses, then the product of the segments covered)
+# spills: the baseline the choice by cost must beat.
 STATIC_RANKING_SPILLED = {"fw1_1k": 190, "ipc1_1k": 400}
 
 

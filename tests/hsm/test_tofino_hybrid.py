@@ -4,7 +4,7 @@ reads it), fit that build's banks with ACL rules spilled into its `acl_spill`, m
 build's P4Info accepts, and classify exactly as first-match linear search does.
 
 Tofino 2's build has the ACL spill table but neither the IDS spill table nor the second and third
-ACL partitions (README "The HSM / IPP rule compiler"); the IDS headers fit its class table.
+ACL partitions (docs/explanation/tofino.md); the IDS headers fit its class table.
 Tofino 1's has no spill table (it would need a thirteenth stage): acl1_1k overflows it
 (tests/hsm/test_cli.py)."""
 

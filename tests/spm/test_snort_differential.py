@@ -114,7 +114,7 @@ PROBES: list[tuple[bytes, bytes]] = [
     (b"GET" + b"a" * 100, b"ok"),
     (b"Argument\t/Directory", b"ok"),
 ]
-# what Snort 3.12.2.0 raised on the probes (probe number from 1, sid), 2026-11-24: nothing on
+# what Snort 3.12.2.0 raised on the probes (probe number from 1, sid): nothing on
 # probe 18 (GETPROPERTIES starts like GET, so it is HTTP to the wizard, and not a request)
 SNORT_PROBE_ALERTS = {
     (1, 2), (1, 4), (1, 21),

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 OUT1 = "198.51.100.20"
 H1 = "10.0.1.10"
-# The README's picture is this test's screenshot: OPENGATE_SCREENSHOT=docs/console.png updates it;
+# docs/console.png is this test's screenshot: OPENGATE_SCREENSHOT=docs/console.png updates it;
 # by default a run leaves the committed picture alone and writes run/console.png.
 SCREENSHOT = repo_root() / os.environ.get("OPENGATE_SCREENSHOT", "run/console.png")
 WAIT = 30.0

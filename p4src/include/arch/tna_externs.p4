@@ -1,6 +1,6 @@
 // How the shared controls and the shared parser name the Tofino (TNA / T2NA) externs and
 // architecture hooks; the v1model twin is include/arch/v1model_externs.p4. Each macro keeps the
-// meaning its v1model version has, with the Tofino way of getting it (README "Running on Tofino").
+// meaning its v1model version has, with the Tofino way of getting it (docs/explanation/tofino.md).
 #ifndef OPENGATE_ARCH_TNA_EXTERNS_P4
 #define OPENGATE_ARCH_TNA_EXTERNS_P4
 
@@ -47,8 +47,8 @@
 // later in the same pass, each register more than once; Tofino's RegisterActions make one
 // read-modify-write per register per packet. Tofino has its own (OG_FLOW_SLOTS,
 // arch/tna_flow_slots.p4: fingerprints in two ways, the claim in a resubmitted pass), for flows
-// without NAT, built with -DOG_TNA_DP_SESSIONS: bf-p4c does not place them yet (PHV allocation,
-// README "Running on Tofino"), so the default builds keep the CPM path for every session.
+// without NAT, built with -DOG_TNA_DP_SESSIONS (the tofino2-dp_sessions build, which takes all 20
+// stages); the default builds keep the CPM path for every session (docs/explanation/tofino.md).
 #undef OG_DP_SESSIONS
 #ifdef OG_TNA_DP_SESSIONS
 #define OG_FLOW_SLOTS
@@ -59,8 +59,8 @@
 // ICMP errors related to a session need the slots above; on Tofino they meet the ACL alone.
 #undef OG_ICMP_RELATED
 // The hybrid's ACL spill table (Classify), on Tofino 2: HSM's rules plus up to 256 spilled ones per
-// bank. On Tofino 1 it and its merge need a thirteenth stage (README "The HSM / IPP rule
-// compiler"). The IDS spill table and the second and third ACL partitions are v1model's alone (the
+// bank. On Tofino 1 it and its merge need a thirteenth stage (docs/explanation/tofino.md,
+// "Table sizes"). The IDS spill table and the second and third ACL partitions are v1model's alone (the
 // IDS headers fit Tofino 2's larger class table instead).
 #if __TARGET_TOFINO__ == 2
 #define OG_HSM_SPILL

@@ -1,4 +1,4 @@
-// Table and extern sizes for Tofino (TNA shell, Tofino 1 and 2). README "Running on Tofino" says
+// Table and extern sizes for Tofino (TNA shell, Tofino 1 and 2). docs/explanation/tofino.md says
 // what they hold and why: on Tofino 1 the session table must be complete by stage 4 (a chain of
 // seven dependent steps follows it), which holds 65,536 entries next to the classification
 // tables; Tofino 2 has 20 stages. The naive profile's ternary tables take 10 TCAM blocks per 512
