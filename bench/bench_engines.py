@@ -1,4 +1,4 @@
-"""The built-in engine and Snort 3 side by side, on the same captures and rules (issue #16).
+"""The built-in engine and Snort 3 side by side, on the same captures and rules.
 
 1. Agreement: the corpus of `spm.corpus` (a flow for each generated rule, 50 benign flows) for
    the enabled community rules (seed 0), and for all 3,488 rules enabled (seed 3), replayed by

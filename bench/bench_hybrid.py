@@ -1,5 +1,5 @@
 """Classification cost against rule-set size: the hybrid (HSM in up to six ACL partitions plus spill
-tables) against the naive ternary profile, on the software switch and BMv2 (issue #17).
+tables) against the naive ternary profile, on the software switch and BMv2.
 
 For the first 100, 1,000 and all 9,774 rules of ClassBench acl1_10k (all PERMIT), the same
 base configuration is installed on the switch twice: with the default build
