@@ -14,7 +14,6 @@ from pathlib import Path
 from opengate.target import repo_root
 
 DOCS = "docs"
-POLICY_MODULE = "docgen.policy"  # written separately: may not exist yet
 
 # page under docs/ -> the module whose render() makes it (imported when the page is made)
 _PAGES: dict[str, str] = {
@@ -23,7 +22,7 @@ _PAGES: dict[str, str] = {
     "reference/p4.md": "docgen.p4",
     "reference/metrics.md": "docgen.metrics",
     "reference/mininet.md": "docgen.mininet",
-    "reference/policy.md": POLICY_MODULE,
+    "reference/policy.md": "docgen.policy",
 }
 
 

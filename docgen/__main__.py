@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from docgen import DOCS, POLICY_MODULE, docs_dir, pages
+from docgen import DOCS, docs_dir, pages
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -21,13 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stale: list[str] = []
     for name, render in pages().items():
         path = root / name
-        try:
-            text = render()
-        except ModuleNotFoundError as error:
-            if error.name != POLICY_MODULE:
-                raise
-            print(f"docgen: {name} skipped: {POLICY_MODULE} does not exist yet", file=sys.stderr)
-            continue
+        text = render()
         current = path.read_text() if path.exists() else None
         if current == text:
             continue
