@@ -88,17 +88,41 @@ StreamSink = Callable[[str, Any], None]  # (kind, payload): kind in digest|packe
 
 
 class _Client(P4RuntimeClient):
-    """The shared client, plus a flag that says when its stream has ended."""
+    """The shared client, plus a flag that says when its stream has ended, and the standby's
+    take-over.
+
+    P4Runtime ("Client Arbitration and Controller Replication"): when the primary's stream
+    breaks, the switch has no primary and tells the others so (NOT_FOUND) with the highest
+    election id it has seen; a controller becomes primary only by arbitrating with at least
+    that id. So a standby told there is no primary arbitrates again with that id plus its own
+    configured one: above every id seen, and two standbys with distinct ids never pick the same
+    one (the higher configured id wins)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.stream_closed = threading.Event()
+        self.configured_election_id = self.election_id
 
     def _read_stream(self) -> None:
         try:
             super()._read_stream()
         finally:
             self.stream_closed.set()
+
+    def _arbitration_changed(self) -> None:
+        highest = self.highest_election_id
+        if self.has_primary or self.is_primary or highest is None:
+            return
+        if self.election_id > highest:
+            return  # already asked with a higher one; its answer follows
+        election_id = highest + max(1, self.configured_election_id)
+        LOG.info(
+            "%s: no primary (highest election id %d): taking over with election id %d",
+            self.address,
+            highest,
+            election_id,
+        )
+        self.rearbitrate(election_id)
 
 
 @dataclass(slots=True)
@@ -339,7 +363,9 @@ class NpmConnection:
         code in `expected` (NOT_FOUND for a delete that may race) are returned, not warned."""
         result = WriteResult()
         client = self._client
-        election = p4r.Uint128(high=self.election_id >> 64, low=self.election_id & (2**64 - 1))
+        # the client's election id: the configured one, or the one it took over with
+        election_id = client.election_id
+        election = p4r.Uint128(high=election_id >> 64, low=election_id & (2**64 - 1))
         metrics = self.metrics
         for start in range(0, count, MAX_UPDATES_PER_WRITE):
             end = min(count, start + MAX_UPDATES_PER_WRITE)

@@ -7,6 +7,7 @@ the stream and are queued for whoever asks for them.
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
@@ -21,6 +22,10 @@ LOG = logging.getLogger(__name__)
 
 _DETAILS_KEY = "grpc-status-details-bin"
 METADATA_LIMIT = 16 << 20  # bytes of metadata a response may carry: the error details of a Write
+# Request metadata that tells the built-in switch this client takes METADATA_LIMIT bytes of error
+# details: it then sends one p4.Error per update however large the batch (without it, what a
+# default gRPC client accepts; docs/explanation/softswitch.md). Other servers ignore it.
+DETAILS_LIMIT_KEY = "og-error-details-limit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +110,44 @@ def update_of(kind: int, message: Any) -> p4r.Update:
     return p4r.Update(type=kind, entity=entity_of(message))  # type: ignore[arg-type]
 
 
+class _CallDetails(
+    collections.namedtuple(
+        "_CallDetails",
+        ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression"),
+    ),
+    grpc.ClientCallDetails,
+):
+    pass
+
+
+class _DeclareDetailsLimit(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+):
+    """Adds DETAILS_LIMIT_KEY to Write and Read calls."""
+
+    _METHODS = ("/p4.v1.P4Runtime/Write", "/p4.v1.P4Runtime/Read")
+
+    def _details(self, details: Any) -> Any:
+        if details.method not in self._METHODS:
+            return details
+        metadata = [*(details.metadata or ()), (DETAILS_LIMIT_KEY, str(METADATA_LIMIT))]
+        return _CallDetails(
+            details.method,
+            details.timeout,
+            metadata,
+            details.credentials,
+            getattr(details, "wait_for_ready", None),
+            getattr(details, "compression", None),
+        )
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+
 class P4RuntimeClient:
     """One controller connection to one device."""
 
@@ -120,6 +163,10 @@ class P4RuntimeClient:
         self.election_id = election_id
         self.role_name = role_name
         self.is_primary = False
+        # From the switch's last arbitration message: the highest election id it has seen
+        # (None before there was a primary), and whether some controller is primary now.
+        self.highest_election_id: int | None = None
+        self.has_primary = False
         self.packet_ins: queue.Queue[p4r.PacketIn] = queue.Queue()
         self.digests: queue.Queue[p4r.DigestList] = queue.Queue()
         self.idle_timeouts: queue.Queue[p4r.IdleTimeoutNotification] = queue.Queue()
@@ -138,7 +185,7 @@ class P4RuntimeClient:
         """Open the channel and the stream, and send arbitration; wait for the answer. With
         `stream=False`, the channel only: enough for reads, which need no arbitration, and it
         does not contend for the primary role with the controller."""
-        self._channel = grpc.insecure_channel(
+        raw = grpc.insecure_channel(
             self.address,
             options=[
                 ("grpc.max_send_message_length", 256 << 20),
@@ -150,6 +197,7 @@ class P4RuntimeClient:
                 ("grpc.absolute_max_metadata_size", METADATA_LIMIT),
             ],
         )
+        self._channel = grpc.intercept_channel(raw, _DeclareDetailsLimit())
         try:
             grpc.channel_ready_future(self._channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
@@ -171,6 +219,14 @@ class P4RuntimeClient:
                 raise ConnectionError(f"{self.address}: no arbitration answer within {timeout:g}s")
         return self
 
+    def rearbitrate(self, election_id: int) -> None:
+        """Arbitrate again on the open stream with `election_id` (used from then on)."""
+        self.election_id = election_id
+        self._send_arbitration()
+
+    def _arbitration_changed(self) -> None:
+        """Called on the stream's thread after each arbitration message (for subclasses)."""
+
     def _send_arbitration(self) -> None:
         arbitration = p4r.MasterArbitrationUpdate(device_id=self.device_id)
         arbitration.election_id.high = self.election_id >> 64
@@ -191,12 +247,21 @@ class P4RuntimeClient:
             for response in self._stream:
                 kind = response.WhichOneof("update")
                 if kind == "arbitration":
-                    election = response.arbitration.election_id
-                    primary = (election.high << 64 | election.low) == self.election_id
+                    arbitration = response.arbitration
+                    election = arbitration.election_id
+                    seen = (
+                        election.high << 64 | election.low
+                        if arbitration.HasField("election_id")
+                        else None
+                    )
+                    code = arbitration.status.code
                     with self._arbitration:
-                        self.is_primary = primary and response.arbitration.status.code == 0
+                        self.highest_election_id = seen
+                        self.has_primary = code != rpc_code.NOT_FOUND
+                        self.is_primary = seen == self.election_id and code == rpc_code.OK
                         self._arbitration_seen = True
                         self._arbitration.notify_all()
+                    self._arbitration_changed()
                 elif kind == "packet":
                     self.packet_ins.put(response.packet)
                 elif kind == "digest":

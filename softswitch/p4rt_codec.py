@@ -236,6 +236,7 @@ class TableCodec:
         te.controller_metadata = entry.controller_metadata
         te.metadata = entry.metadata
         te.idle_timeout_ns = entry.timeout_ns
+        te.is_const = entry.is_const
         if with_counter and entry.ctr is not None:
             te.counter_data.packet_count = entry.ctr[0]
             te.counter_data.byte_count = entry.ctr[1]

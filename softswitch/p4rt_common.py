@@ -110,6 +110,8 @@ class Pipeline:
     map: P4InfoMap
     dataplane: Dataplane
     idle: IdleTimers = field(default_factory=IdleTimers)
+    # the digests the controller configured (DigestEntry), by digest id
+    digests: dict[int, DigestState] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

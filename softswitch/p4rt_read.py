@@ -13,7 +13,6 @@ from softswitch.p4info_map import TableInfo
 from softswitch.p4rt_codec import TableCodec
 from softswitch.p4rt_common import (
     Code,
-    DigestState,
     P4RTError,
     Pipeline,
     canonical,
@@ -38,11 +37,12 @@ _READERS = {
 class ReadHandlers(TableCodec):
     """Mixin of P4RuntimeService: the entities one Read request asks for."""
 
-    digests: dict[int, DigestState]
-
     def _read_one(self, pipe: Pipeline, ent: Any) -> list[Any]:
         which = ent.WhichOneof("entity")
-        method = _READERS.get(which or "")
+        if which is None:
+            # the spec's Wildcard Reads: the entity oneof must always be set
+            raise P4RTError(Code.INVALID_ARGUMENT, "an Entity with no entity set")
+        method = _READERS.get(which)
         if method is None:
             raise P4RTError(Code.UNIMPLEMENTED, f"reading {which!r} is not supported")
         result: list[Any] = getattr(self, method)(pipe, getattr(ent, which))
@@ -55,19 +55,60 @@ class ReadHandlers(TableCodec):
         return self._read_direct(pipe, d.table_entry, counters=False)
 
     def _matching_entries(self, pipe: Pipeline, te: Any) -> list[tuple[TableInfo, tb.Entry | None]]:
-        infos = [self._table(pipe, te.table_id)] if te.table_id else list(pipe.map.tables.values())
+        """The entries a TableEntry selects, by the spec's table Wildcard Reads: table_id (0:
+        every table, and then no other filter), then match (exact: one key), action id (direct
+        tables), priority, controller_metadata and metadata, each left at its default to match
+        anything; is_default_action selects the default entry instead."""
+        action_id = te.action.action.action_id if te.HasField("action") else 0
+        if te.HasField("action") and te.action.WhichOneof("type") != "action":
+            raise P4RTError(Code.INVALID_ARGUMENT, "a Read filters on a direct action's id only")
+        filtered = te.match or action_id or te.priority or te.controller_metadata or te.metadata
+        if not te.table_id:
+            if filtered or te.is_default_action:
+                raise P4RTError(
+                    Code.INVALID_ARGUMENT, "a Read of every table (table_id 0) takes no filter"
+                )
+            return [(i, e) for i in pipe.map.tables.values() for e in i.table.iter_entries()]
+        info = self._table(pipe, te.table_id)
+        t = info.table
+        if te.is_default_action:
+            if te.match or te.priority:
+                raise P4RTError(
+                    Code.INVALID_ARGUMENT, "the default entry has no match and priority 0"
+                )
+            return [(info, t.default)]
+        if te.match:
+            key, _ = self._match_key(info, te.match)
+            if t.needs_priority and not te.priority:
+                candidates = [e for e in t.iter_entries() if e.key == key]
+            else:
+                entry = t.entries.get(t.canonical(key, te.priority))
+                candidates = [entry] if entry is not None else []
+        else:
+            candidates = list(t.iter_entries())
+        if action_id:
+            spec = info.actions.get(action_id)
+            if spec is None:
+                raise P4RTError(
+                    Code.INVALID_ARGUMENT,
+                    f"table {info.name!r}: action_id {action_id} is not an action of this table",
+                )
         out: list[tuple[TableInfo, tb.Entry | None]] = []
-        for info in infos:
-            if te.is_default_action:
-                out.append((info, info.table.default))
+        for e in candidates:
+            if te.priority and e.priority != te.priority:
                 continue
-            if te.match:
-                key, _ = self._match_key(info, te.match)
-                entry = info.table.entries.get(info.table.canonical(key, te.priority))
-                if entry is not None:
-                    out.append((info, entry))
+            if action_id and (
+                e.action is None
+                or e.member
+                or e.group
+                or info.action_by_spec.get(e.action.id) != action_id
+            ):
                 continue
-            out.extend((info, e) for e in info.table.iter_entries())
+            if te.controller_metadata and e.controller_metadata != te.controller_metadata:
+                continue
+            if te.metadata and e.metadata != te.metadata:
+                continue
+            out.append((info, e))
         return out
 
     def _read_tables(self, pipe: Pipeline, te: Any) -> list[Any]:
@@ -214,7 +255,7 @@ class ReadHandlers(TableCodec):
 
     def _read_digests(self, pipe: Pipeline, d: Any) -> list[Any]:
         out = []
-        for did, state in sorted(self.digests.items()):
+        for did, state in sorted(pipe.digests.items()):
             if d.digest_id and did != d.digest_id:
                 continue
             de = p4r.DigestEntry(digest_id=did)
@@ -261,7 +302,9 @@ def _cells(kind: str, arrays: Mapping[int, Any], wanted_id: int, request: Any) -
         arr = item[0] if isinstance(item, tuple) else item
         indexes = [request.index.index] if request.HasField("index") else range(arr.size)
         for i in indexes:
-            if not 0 <= i < arr.size:
+            if i < 0:
+                raise P4RTError(Code.INVALID_ARGUMENT, f"{kind} {arr.name!r}: negative index {i}")
+            if i >= arr.size:
                 raise P4RTError(Code.OUT_OF_RANGE, f"{kind} {arr.name!r}: index {i} out of range")
             yield ident, item, i
 

@@ -43,8 +43,6 @@ _WRITERS = {
 class WriteHandlers(TableCodec):
     """Mixin of P4RuntimeService: one Update at a time."""
 
-    digests: dict[int, DigestState]
-
     def _write_one(self, pipe: Pipeline, update: Any) -> None:
         U = p4r.Update  # noqa: N806
         kind = update.type
@@ -59,6 +57,9 @@ class WriteHandlers(TableCodec):
 
     def _write_table_entry(self, pipe: Pipeline, kind: int, te: Any) -> None:
         U = p4r.Update  # noqa: N806
+        if te.is_const:
+            # the spec's TableEntry: is_const must be false in any INSERT, MODIFY or DELETE
+            raise P4RTError(Code.INVALID_ARGUMENT, "is_const is read-only: it must be false")
         info = self._table(pipe, te.table_id)
         t = info.table
         if te.is_default_action:
@@ -361,8 +362,10 @@ class WriteHandlers(TableCodec):
         arr = item[0]
         indexes = [c.index.index] if c.HasField("index") else list(range(arr.size))
         for i in indexes:
-            if not 0 <= i < arr.size:
-                raise P4RTError(Code.OUT_OF_RANGE, f"counter {arr.name!r}: index {i} out of range")
+            _check_index("counter", arr.name, i, arr.size)
+        if not c.HasField("data"):
+            return  # the spec's CounterEntry: no data, the value is not modified
+        for i in indexes:
             arr.cells[i][0] = c.data.packet_count
             arr.cells[i][1] = c.data.byte_count
 
@@ -380,8 +383,9 @@ class WriteHandlers(TableCodec):
         entry = self._direct_entry(pipe, c.table_entry)
         if entry.ctr is None:
             raise P4RTError(Code.INVALID_ARGUMENT, "the table has no direct counter")
-        entry.ctr[0] = c.data.packet_count
-        entry.ctr[1] = c.data.byte_count
+        if c.HasField("data"):  # else not modified, as for a CounterEntry
+            entry.ctr[0] = c.data.packet_count
+            entry.ctr[1] = c.data.byte_count
 
     def _write_meter(self, pipe: Pipeline, kind: int, m: Any) -> None:
         if kind != p4r.Update.MODIFY:
@@ -391,8 +395,8 @@ class WriteHandlers(TableCodec):
             raise P4RTError(Code.NOT_FOUND, f"meter_id {m.meter_id} unknown")
         indexes = [m.index.index] if m.HasField("index") else list(range(arr.size))
         for i in indexes:
-            if not 0 <= i < arr.size:
-                raise P4RTError(Code.OUT_OF_RANGE, f"meter {arr.name!r}: index {i} out of range")
+            _check_index("meter", arr.name, i, arr.size)
+        for i in indexes:
             self._configure_meter(arr.meters[i], m)
 
     @staticmethod
@@ -426,8 +430,8 @@ class WriteHandlers(TableCodec):
         value = check_width(r.data.bitstring, arr.bitwidth, f"register {arr.name!r}")
         indexes = [r.index.index] if r.HasField("index") else list(range(arr.size))
         for i in indexes:
-            if not 0 <= i < arr.size:
-                raise P4RTError(Code.OUT_OF_RANGE, f"register {arr.name!r}: index {i} out of range")
+            _check_index("register", arr.name, i, arr.size)
+        for i in indexes:
             arr.cells[i] = value
 
     @staticmethod
@@ -490,11 +494,12 @@ class WriteHandlers(TableCodec):
         U = p4r.Update  # noqa: N806
         if d.digest_id not in pipe.map.digests:
             raise P4RTError(Code.NOT_FOUND, f"digest_id {d.digest_id} unknown")
-        exists = d.digest_id in self.digests
+        digests = pipe.digests
+        exists = d.digest_id in digests
         if kind == U.DELETE:
             if not exists:
                 raise P4RTError(Code.NOT_FOUND, f"digest {d.digest_id} is not configured")
-            del self.digests[d.digest_id]
+            del digests[d.digest_id]
             return
         if kind == U.INSERT and exists:
             raise P4RTError(Code.ALREADY_EXISTS, f"digest {d.digest_id} is already configured")
@@ -502,9 +507,9 @@ class WriteHandlers(TableCodec):
             raise P4RTError(Code.NOT_FOUND, f"digest {d.digest_id} is not configured")
         cfg = DigestConfig(d.config.max_timeout_ns, d.config.max_list_size, d.config.ack_timeout_ns)
         if exists:
-            self.digests[d.digest_id].config = cfg
+            digests[d.digest_id].config = cfg
         else:
-            self.digests[d.digest_id] = DigestState(cfg)
+            digests[d.digest_id] = DigestState(cfg)
 
     def _write_value_set(self, pipe: Pipeline, kind: int, v: Any) -> None:
         if kind != p4r.Update.MODIFY:
@@ -540,3 +545,12 @@ class WriteHandlers(TableCodec):
                 Code.RESOURCE_EXHAUSTED, f"value set {vset.name!r} holds at most {vset.max_size}"
             )
         vset.members = members
+
+
+def _check_index(kind: str, name: str, index: int, size: int) -> None:
+    """The spec's indexed externs: a negative index is INVALID_ARGUMENT, one past the array's
+    end OUT_OF_RANGE."""
+    if index < 0:
+        raise P4RTError(Code.INVALID_ARGUMENT, f"{kind} {name!r}: negative index {index}")
+    if index >= size:
+        raise P4RTError(Code.OUT_OF_RANGE, f"{kind} {name!r}: index {index} out of range")

@@ -1,9 +1,12 @@
 """The P4Runtime gRPC service of the software switch (P4Runtime 1.3/1.4 semantics).
 
-Pipeline config (VERIFY, VERIFY_AND_SAVE, VERIFY_AND_COMMIT, COMMIT), Write with per-update
-errors, Read with wildcards, and the stream: primary arbitration by election id, PacketIn /
-PacketOut through the @controller_header metadata, digests with acks and timeouts, idle-timeout
-notifications. Registers can be read and written (BMv2 cannot).
+Pipeline config (VERIFY, VERIFY_AND_SAVE, VERIFY_AND_COMMIT, COMMIT, and RECONCILE_AND_COMMIT of
+the running program, which keeps its state), Write with per-update errors sized for a default
+gRPC client (softswitch.p4rt_errors), Read with the spec's wildcard filters and per-request
+errors, and the stream: arbitration by the spec's rules (the highest election id ever seen; no
+primary once the primary goes), PacketIn / PacketOut through the @controller_header metadata,
+digests with acks and timeouts, idle-timeout notifications. The default role only. Registers
+can be read and written (BMv2 cannot).
 """
 
 from __future__ import annotations
@@ -16,8 +19,7 @@ from concurrent import futures
 from typing import Any
 
 import grpc
-from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
-from google.protobuf import any_pb2
+from finsy.proto import p4i, p4r, p4r_grpc, rpc_code
 
 from softswitch.errors import LoadError
 from softswitch.native import make_dataplane
@@ -38,6 +40,7 @@ from softswitch.p4rt_common import (
     int_code,
     p4data_struct,
 )
+from softswitch.p4rt_errors import Failure, client_limit, error_status
 from softswitch.p4rt_read import ReadHandlers
 from softswitch.p4rt_write import WriteHandlers
 from softswitch.program import load_json_bytes
@@ -62,13 +65,22 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
         self._digest_lock = threading.Lock()
         self.pipeline: Pipeline | None = None
         self.saved: Pipeline | None = None
-        self.streams: list[Stream] = []
-        self.digests: dict[int, DigestState] = {}
+        self.streams: list[Stream] = []  # the live controllers (they sent an arbitration)
+        self.primary: Stream | None = None
+        # The highest election id ever received from a controller that became primary (the
+        # spec's election_id_past); None until there was a primary.
+        self.highest_election_id: int | None = None
         self._stop = threading.Event()
         self._timer_wake = threading.Event()
         self._timer = threading.Thread(target=self._timer_loop, name="p4rt-timers", daemon=True)
         self._timer.start()
         switch.packet_in = self._packet_in
+
+    @property
+    def digests(self) -> dict[int, DigestState]:
+        """The running pipeline's configured digests, by id."""
+        pipe = self.pipeline
+        return pipe.digests if pipe is not None else {}
 
     def stop(self) -> None:
         self._stop.set()
@@ -78,18 +90,15 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
                 s.out.put(None)
 
     # ------------------------------------------------------------------ arbitration
+    # P4Runtime, "Client Arbitration and Controller Replication": the primary is the live
+    # controller whose election id is the highest the switch has ever received; when it goes,
+    # there is no primary until a controller arbitrates with at least that id again.
     def _primary(self) -> Stream | None:
-        best: Stream | None = None
-        for s in self.streams:
-            if s.election_id is not None and (
-                best is None or s.election_id > (best.election_id or 0)
-            ):
-                best = s
-        return best
+        return self.primary
 
-    def _check_primary(self, election_id: Any, role: str = "") -> None:
+    def _check_primary(self, election_id: Any) -> None:
         eid = (election_id.high << 64) | election_id.low
-        primary = self._primary()
+        primary = self.primary
         if primary is None or primary.election_id != eid:
             raise P4RTError(Code.PERMISSION_DENIED, "not the primary controller (election id)")
 
@@ -100,14 +109,23 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
                 f"device id {device_id} is not this switch's ({self.switch.device_id})",
             )
 
+    @staticmethod
+    def _check_role(role: str) -> None:
+        """Write, Read and SetForwardingPipelineConfig name their role; this switch has only
+        the default one (""): another is a role the device does not have (NOT_FOUND)."""
+        if role:
+            raise P4RTError(
+                Code.NOT_FOUND, f"role {role!r} is not a role of this device (only the default)"
+            )
+
     def _arbitration_response(self, s: Stream) -> p4r.StreamMessageResponse:
-        primary = self._primary()
+        primary = self.primary
         msg = p4r.StreamMessageResponse()
         arb = msg.arbitration
         arb.device_id = self.switch.device_id
-        if primary is not None and primary.election_id is not None:
-            arb.election_id.high = primary.election_id >> 64
-            arb.election_id.low = primary.election_id & ((1 << 64) - 1)
+        if self.highest_election_id is not None:
+            arb.election_id.high = self.highest_election_id >> 64
+            arb.election_id.low = self.highest_election_id & ((1 << 64) - 1)
         if primary is s:
             arb.status.code = rpc_code.OK
             arb.status.message = "primary"
@@ -119,11 +137,69 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
             arb.status.message = "no primary"
         return msg
 
-    def _notify_arbitration(self, before: Stream | None, requester: Stream) -> None:
-        after = self._primary()
-        targets = self.streams if after is not before else [requester]
-        for s in targets:
-            s.out.put(self._arbitration_response(s))
+    def _notify_all(self) -> None:
+        """The advisory arbitration message to every live controller: the others first, the
+        primary last (it accepts Writes once told)."""
+        primary = self.primary
+        for s in self.streams:
+            if s is not primary:
+                s.out.put(self._arbitration_response(s))
+        if primary is not None:
+            primary.out.put(self._arbitration_response(primary))
+
+    def _arbitrate(self, stream: Stream, arb: Any) -> None:
+        """One MasterArbitrationUpdate, by the spec's "Rules for Handling
+        MasterArbitrationUpdate Messages" (a P4RTError terminates the stream)."""
+        live = stream in self.streams
+        if arb.device_id != self.switch.device_id:
+            raise P4RTError(
+                Code.FAILED_PRECONDITION if live else Code.NOT_FOUND,
+                f"device id {arb.device_id} is not this switch's ({self.switch.device_id})",
+            )
+        if arb.role.name or arb.role.id:
+            if live:
+                raise P4RTError(
+                    Code.FAILED_PRECONDITION,
+                    "the role of a stream cannot change: open another stream",
+                )
+            raise P4RTError(Code.UNIMPLEMENTED, "only the default role is supported")
+        if arb.role.HasField("config"):
+            raise P4RTError(Code.INVALID_ARGUMENT, "role.config: no role scheme is supported")
+        eid = (
+            (arb.election_id.high << 64) | arb.election_id.low
+            if arb.HasField("election_id")
+            else None
+        )
+        if eid is not None and any(o is not stream and o.election_id == eid for o in self.streams):
+            raise P4RTError(
+                Code.INVALID_ARGUMENT, f"election id {eid} is used by another controller"
+            )
+        was_primary = self.primary is stream
+        stream.election_id = eid
+        if not live:
+            self.streams.append(stream)
+        highest = self.highest_election_id
+        if eid is not None and (highest is None or eid >= highest):
+            # It becomes, or stays, the primary: everyone is told.
+            self.primary = stream
+            self.highest_election_id = eid
+            self._notify_all()
+        elif was_primary:
+            # A primary that downgraded itself: no primary now, and everyone is told.
+            self.primary = None
+            self._notify_all()
+        else:
+            stream.out.put(self._arbitration_response(stream))
+
+    def _leave(self, stream: Stream) -> None:
+        """A stream closed: if it was the primary's, the others hear there is none."""
+        with self.lock:
+            if stream not in self.streams:
+                return
+            self.streams.remove(stream)
+            if self.primary is stream:
+                self.primary = None
+                self._notify_all()
 
     # ------------------------------------------------------------------ RPC: Capabilities
     def Capabilities(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
@@ -134,6 +210,7 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
         try:
             with self.lock:
                 self._check_device(request.device_id)
+                self._check_role(request.role)
                 self._check_primary(request.election_id)
                 self._set_pipeline(request)
         except P4RTError as exc:
@@ -157,32 +234,64 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
 
     def _commit(self, pipe: Pipeline) -> None:
         self.pipeline = pipe
-        self.digests.clear()
         self.switch.set_dataplane(pipe.dataplane)
         LOG.info("pipeline committed (cookie %d)", pipe.cookie)
 
+    def _drop_saved(self) -> None:
+        if self.saved is not None:
+            self.saved.dataplane.close()
+            self.saved = None
+
     def _set_pipeline(self, request: Any) -> None:
+        """The actions of the spec's SetForwardingPipelineConfig RPC. After VERIFY_AND_SAVE,
+        Reads and Writes go to the saved config (its own tables, not forwarding yet); COMMIT
+        makes it, with what was written to it, the running one."""
         action = request.action
         A = p4r.SetForwardingPipelineConfigRequest  # noqa: N806
-        if action in (A.VERIFY, A.VERIFY_AND_SAVE, A.VERIFY_AND_COMMIT, A.RECONCILE_AND_COMMIT):
-            if not request.HasField("config"):
-                raise P4RTError(Code.INVALID_ARGUMENT, "config is missing")
-            pipe = self._load(request.config)
-            if action == A.VERIFY:
-                pipe.dataplane.close()
-            elif action == A.VERIFY_AND_SAVE:
-                if self.saved is not None:
-                    self.saved.dataplane.close()
-                self.saved = pipe
-            elif action in (A.VERIFY_AND_COMMIT, A.RECONCILE_AND_COMMIT):
-                self._commit(pipe)
-        elif action == A.COMMIT:
+        if action == A.COMMIT:
+            if request.HasField("config"):
+                raise P4RTError(Code.INVALID_ARGUMENT, "COMMIT takes no config")
             if self.saved is None:
-                raise P4RTError(Code.FAILED_PRECONDITION, "COMMIT without a saved config")
-            self._commit(self.saved)
-            self.saved = None
-        else:
+                raise P4RTError(Code.NOT_FOUND, "COMMIT without a saved config (VERIFY_AND_SAVE)")
+            saved, self.saved = self.saved, None
+            self._commit(saved)
+            return
+        if action not in (A.VERIFY, A.VERIFY_AND_SAVE, A.VERIFY_AND_COMMIT, A.RECONCILE_AND_COMMIT):
             raise P4RTError(Code.INVALID_ARGUMENT, f"unknown action {action}")
+        if not request.HasField("config"):
+            raise P4RTError(Code.INVALID_ARGUMENT, "config is missing")
+        config = request.config
+        running = self.pipeline
+        if action == A.RECONCILE_AND_COMMIT and running is not None:
+            # The forwarding state is kept when the program is the one running (a new cookie
+            # only); another program's is not carried over, so the action is refused.
+            if config.p4info != running.p4info or config.p4_device_config != running.device_config:
+                self._load(config).dataplane.close()  # an unloadable config says why first
+                raise P4RTError(
+                    Code.INVALID_ARGUMENT,
+                    "RECONCILE_AND_COMMIT keeps the forwarding state only for the running "
+                    "program (same P4Info and device config); use VERIFY_AND_COMMIT to change it",
+                )
+            self._drop_saved()
+            running.cookie = config.cookie.cookie
+            LOG.info("pipeline reconciled: the same program (cookie %d)", running.cookie)
+            return
+        pipe = self._load(config)
+        if action == A.VERIFY:
+            pipe.dataplane.close()
+            return
+        self._drop_saved()
+        if action == A.VERIFY_AND_SAVE:
+            self.saved = pipe
+        else:
+            self._commit(pipe)
+
+    def _target(self) -> Pipeline:
+        """The config Reads and Writes refer to: the saved one after VERIFY_AND_SAVE."""
+        pipe = self.saved if self.saved is not None else self.pipeline
+        if pipe is None:
+            raise P4RTError(Code.FAILED_PRECONDITION, "no forwarding pipeline config set")
+        return pipe
 
     def GetForwardingPipelineConfig(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         try:
@@ -204,18 +313,20 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
 
     # ------------------------------------------------------------------ RPC: Write
     def Write(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        A = p4r.WriteRequest  # noqa: N806
         try:
             self._check_device(request.device_id)
+            self._check_role(request.role)
             with self.lock:
-                self._check_primary(request.election_id, request.role)
-                if self.pipeline is None:
-                    raise P4RTError(Code.FAILED_PRECONDITION, "no forwarding pipeline config set")
-                if request.atomicity != p4r.WriteRequest.CONTINUE_ON_ERROR:
+                self._check_primary(request.election_id)
+                pipe = self._target()
+                if request.atomicity in (A.ROLLBACK_ON_ERROR, A.DATAPLANE_ATOMIC):
                     raise P4RTError(
                         Code.UNIMPLEMENTED, "only CONTINUE_ON_ERROR atomicity is supported"
                     )
-                pipe = self.pipeline
-                errors: list[tuple[grpc.StatusCode, str] | None] = []
+                if request.atomicity != A.CONTINUE_ON_ERROR:
+                    raise P4RTError(Code.INVALID_ARGUMENT, f"unknown atomicity {request.atomicity}")
+                errors: list[Failure] = []
                 with pipe.dataplane.lock:
                     for update in request.updates:
                         try:
@@ -226,72 +337,63 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
         except P4RTError as exc:
             context.abort(exc.code, exc.message)
         if any(e is not None for e in errors):
-            status = rpc_status.Status(code=rpc_code.UNKNOWN, message="Write failure")
-            for err in errors:
-                detail = p4r.Error()
-                if err is None:
-                    detail.canonical_code = rpc_code.OK
-                else:
-                    detail.canonical_code = int_code(err[0])
-                    detail.message = err[1]
-                    detail.space = "targets.softswitch"
-                packed = any_pb2.Any()
-                packed.Pack(detail)
-                status.details.append(packed)
-            first = next(e for e in errors if e is not None)
-            context.set_trailing_metadata(((DETAILS_KEY, status.SerializeToString()),))
-            context.abort(Code.UNKNOWN, f"Write failure: {first[1]}")
+            limit = client_limit(context.invocation_metadata())
+            details, message = error_status("Write", "update", errors, limit)
+            context.set_trailing_metadata(((DETAILS_KEY, details),))
+            context.abort(Code.UNKNOWN, message)
         return p4r.WriteResponse()
-
-    # ---- tables
-
-    # ---- action profiles
-
-    # ---- counters, meters, registers
-
-    # ---- packet replication engine
-
-    # ---- digests and value sets
 
     # ------------------------------------------------------------------ RPC: Read
     def Read(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802
         try:
             self._check_device(request.device_id)
+            self._check_role(request.role)
             with self.lock:
-                pipe = self.pipeline
-                if pipe is None:
-                    raise P4RTError(Code.FAILED_PRECONDITION, "no forwarding pipeline config set")
+                pipe = self._target()
+                entities: list[Any] = []
+                outcomes: list[Failure] = []
                 with pipe.dataplane.lock:
-                    entities: list[Any] = []
                     for ent in request.entities:
-                        entities.extend(self._read_one(pipe, ent))
+                        try:
+                            entities.extend(self._read_one(pipe, ent))
+                            outcomes.append(None)
+                        except P4RTError as exc:
+                            outcomes.append((exc.code, exc.message))
         except P4RTError as exc:
             context.abort(exc.code, exc.message)
         for i in range(0, max(len(entities), 1), READ_BATCH):
             yield p4r.ReadResponse(entities=entities[i : i + READ_BATCH])
+        if any(o is not None for o in outcomes):
+            # The spec's "Batch Processing" of Read: the entities of the valid requests, then
+            # UNKNOWN with a p4.Error per request.
+            limit = client_limit(context.invocation_metadata())
+            details, message = error_status("Read", "request", outcomes, limit)
+            context.set_trailing_metadata(((DETAILS_KEY, details),))
+            context.abort(Code.UNKNOWN, message)
 
     # ------------------------------------------------------------------ RPC: StreamChannel
     def StreamChannel(  # noqa: N802
         self, request_iterator: Iterator[Any], context: grpc.ServicerContext
     ) -> Iterator[Any]:
         stream = Stream()
-        done = threading.Event()
 
         def reader() -> None:
             try:
                 for msg in request_iterator:
-                    self._stream_message(stream, msg, context)
+                    self._stream_message(stream, msg)
             except grpc.RpcError:
                 pass
             except P4RTError as exc:
+                # The spec: an invalid arbitration terminates the stream with its code.
                 LOG.info("stream closed: %s", exc.message)
-                stream.out.put(None)
-                stream.election_id = None
-                context.abort(exc.code, exc.message)
+                context.set_code(exc.code)
+                context.set_details(exc.message)
             except Exception:
                 LOG.exception("stream reader failed")
+                context.set_code(Code.INTERNAL)
+                context.set_details("the stream's reader failed")
             finally:
-                done.set()
+                self._leave(stream)
                 stream.out.put(None)
 
         thread = threading.Thread(target=reader, name="p4rt-stream", daemon=True)
@@ -303,43 +405,13 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
                     break
                 yield item
         finally:
-            with self.lock:
-                before = self._primary()
-                if stream in self.streams:
-                    self.streams.remove(stream)
-                after = self._primary()
-                if after is not before:
-                    for s in self.streams:
-                        s.out.put(self._arbitration_response(s))
+            self._leave(stream)
 
-    def _stream_message(self, stream: Stream, msg: Any, context: grpc.ServicerContext) -> None:
+    def _stream_message(self, stream: Stream, msg: Any) -> None:
         which = msg.WhichOneof("update")
         if which == "arbitration":
-            arb = msg.arbitration
-            if arb.device_id != self.switch.device_id:
-                raise P4RTError(
-                    Code.NOT_FOUND,
-                    f"device id {arb.device_id} is not this switch's ({self.switch.device_id})",
-                )
-            if arb.role.name or arb.role.id:
-                raise P4RTError(Code.UNIMPLEMENTED, "only the default role is supported")
             with self.lock:
-                eid = (
-                    (arb.election_id.high << 64) | arb.election_id.low
-                    if arb.HasField("election_id")
-                    else None
-                )
-                for other in self.streams:
-                    if other is not stream and eid is not None and other.election_id == eid:
-                        raise P4RTError(
-                            Code.INVALID_ARGUMENT,
-                            f"election id {eid} is used by another controller",
-                        )
-                before = self._primary()
-                stream.election_id = eid
-                if stream not in self.streams:
-                    self.streams.append(stream)
-                self._notify_arbitration(before, stream)
+                self._arbitrate(stream, msg.arbitration)
             return
         if stream not in self.streams:
             raise P4RTError(
@@ -356,20 +428,42 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
                 return
             self._packet_out(stream, msg.packet)
         elif which == "digest_ack":
-            self._digest_ack(msg.digest_ack.digest_id, msg.digest_ack.list_id)
+            ack = msg.digest_ack
+            pipe = self.pipeline
+            if pipe is None or ack.digest_id not in pipe.map.digests:
+                # the spec's Stream Error Reporting: a digest_id of no Digest in the P4Info
+                self._stream_error(
+                    stream,
+                    Code.INVALID_ARGUMENT,
+                    f"DigestListAck: digest_id {ack.digest_id} is not a digest of the P4Info",
+                    ack=ack,
+                )
+                return
+            self._digest_ack(ack.digest_id, ack.list_id)
         else:
             self._stream_error(
                 stream, Code.UNIMPLEMENTED, f"stream message {which!r} is not supported"
             )
 
     def _stream_error(
-        self, stream: Stream, code: grpc.StatusCode, message: str, packet: Any = None
+        self,
+        stream: Stream,
+        code: grpc.StatusCode,
+        message: str,
+        packet: Any = None,
+        ack: Any = None,
     ) -> None:
+        """A StreamError; its `details` names the kind of message at fault, as the spec
+        requires (packet_out, digest_list_ack or other), with a copy of it."""
         resp = p4r.StreamMessageResponse()
         resp.error.canonical_code = int_code(code)
         resp.error.message = message
         if packet is not None:
             resp.error.packet_out.packet_out.CopyFrom(packet)
+        elif ack is not None:
+            resp.error.digest_list_ack.digest_list_ack.CopyFrom(ack)
+        else:
+            resp.error.other.SetInParent()
         stream.out.put(resp)
 
     # ------------------------------------------------------------------ packet I/O
@@ -384,6 +478,12 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
         md = pipe.map.packet_out
         if md is not None:
             values = {m.metadata_id: m.value for m in pkt.metadata}
+            known = {mid for mid, _, _ in md.fields}
+            unknown = sorted({m.metadata_id for m in pkt.metadata} - known)
+            if unknown or len(values) != len(pkt.metadata):
+                what = f"unknown metadata id {unknown[0]}" if unknown else "a metadata id twice"
+                self._stream_error(stream, Code.INVALID_ARGUMENT, f"PacketOut: {what}", packet=pkt)
+                return
             acc = 0
             for mid, name, width in md.fields:
                 raw = values.get(mid, b"\x00")
@@ -438,7 +538,7 @@ class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
                 did = pipe.map.digest_of_learn.get(learn_id)
                 if did is None:
                     continue
-                state = self.digests.get(did)
+                state = pipe.digests.get(did)
                 if state is None:
                     continue
                 expiry = state.suppressed.get(sample)
@@ -626,12 +726,18 @@ class P4RuntimeServer:
     ) -> None:
         self.service = service if service is not None else P4RuntimeService(switch, engine)
         self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="p4rt")
+            futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="p4rt"),
+            # The port is this switch's alone: with SO_REUSEPORT (gRPC's default on Linux) a
+            # second switch on a port in use would start and share it with the first.
+            options=[("grpc.so_reuseport", 0)],
         )
         _add_service(self.service, self.server)
-        self.port = self.server.add_insecure_port(address)
+        try:
+            self.port = self.server.add_insecure_port(address)
+        except RuntimeError as exc:  # grpcio raises where older versions returned 0
+            raise OSError(f"cannot listen on {address}: the address is in use or invalid") from exc
         if self.port == 0:
-            raise OSError(f"cannot listen on {address}")
+            raise OSError(f"cannot listen on {address}: the address is in use or invalid")
         self.address = address
 
     def start(self) -> None:

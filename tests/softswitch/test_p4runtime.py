@@ -314,6 +314,9 @@ def test_packet_out_and_packet_in_use_controller_headers(
 def test_backup_controller_cannot_write_and_primary_moves(
     switch_server: Any, client: Client
 ) -> None:
+    """A backup cannot write; a higher election id takes the primary role; when that primary
+    goes, nobody is primary (P4Runtime: the others are told NOT_FOUND with the highest
+    election id seen) until a controller arbitrates with at least that id."""
     _, server, _ = switch_server
     set_pipeline(client)
     channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
@@ -327,6 +330,9 @@ def test_backup_controller_cannot_write_and_primary_moves(
     assert backup.next("arbitration").status.code == rpc_code.OK
     assert client.next("arbitration").status.code == rpc_code.ALREADY_EXISTS
     backup.close()
+    arb = client.next("arbitration")
+    assert arb.status.code == rpc_code.NOT_FOUND and arb.election_id.low == 20
+    client.arbitrate(21)
     assert client.next("arbitration").status.code == rpc_code.OK
     channel.close()
 
@@ -435,6 +441,7 @@ def test_a_stalled_controller_s_stream_holds_a_bounded_backlog(
     stalled = p4rt_common.Stream(election_id=1 << 60)  # the primary now; nobody reads it
     with server.service.lock:
         server.service.streams.append(stalled)
+        server.service.primary = stalled
     for sport in range(1000, 1012):
         sw.receive(4, frame(sport=sport))
     for _ in range(3):
@@ -452,6 +459,7 @@ def test_a_stalled_controller_s_stream_holds_a_bounded_backlog(
     assert "dropped so far 4 digest samples, 3 packet-ins" in caplog.text
     with server.service.lock:
         server.service.streams.remove(stalled)
+        server.service.primary = None
 
 
 def test_idle_timeout_notification_and_counters(client: Client, switch_server: Any) -> None:
