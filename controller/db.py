@@ -33,6 +33,7 @@ from sqlalchemy import (
     create_engine,
     delete,
     event,
+    false,
     func,
     or_,
     select,
@@ -42,7 +43,15 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
 
+from opengate.yamlconf import text_problem
+
 LOG = logging.getLogger(__name__)
+
+
+# The largest values of the columns' integer types, the same on SQLite and PostgreSQL: what
+# the API lets a client ask for (a larger id or offset fails in the driver, not as a miss).
+INT_MAX = 2**31 - 1  # Integer
+BIGINT_MAX = 2**63 - 1  # BigInteger, and SQLite's LIMIT and OFFSET
 
 
 def utcnow() -> dt.datetime:
@@ -138,6 +147,33 @@ class AlertRow(Base):
     dport: Mapped[int | None] = mapped_column(Integer, nullable=True)
     community_id: Mapped[str | None] = mapped_column(String(100), nullable=True)
     session_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+def row_problem(model: type[Base], values: dict[str, Any]) -> str | None:
+    """Why a row of `model` with these column values could not be stored, on SQLite or
+    PostgreSQL alike (text without NUL or lone surrogates, within a String's length; integers
+    within the column's type), or None: checked before a change that the row records is made."""
+    columns = model.__table__.columns
+    for name, value in values.items():
+        kind = columns[name].type
+        if isinstance(value, str):
+            problem = text_problem(value)
+            if problem is not None:
+                return f"{name} {problem}"
+            length = getattr(kind, "length", None)
+            if length is not None and len(value) > length:
+                return f"{name} is longer than {length} characters"
+        elif isinstance(value, int) and isinstance(kind, Integer):
+            top = BIGINT_MAX if isinstance(kind, BigInteger) else INT_MAX
+            if not -top - 1 <= value <= top:
+                return f"{name} {value} does not fit the column"
+    return None
+
+
+def policy_version_problem(*, name: str, path: str, text: str, source: str) -> str | None:
+    """What keeps a policy version from being stored (`row_problem`), or None."""
+    values = {"name": name, "path": path, "text": text, "source": source}
+    return row_problem(PolicyVersion, values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,8 +535,8 @@ def session_condition(word: str) -> ColumnElement[bool]:
     side, or the NAT address), `address:port`, a number (id or any port), a protocol, a state,
     else an NPM name."""
     text = word.strip().lower()
-    if text.startswith("id:") and text[3:].isdigit():
-        return SessionRow.id == int(text[3:])
+    if text.startswith("id:") and _is_number(text[3:]):
+        return _id_condition(int(text[3:]))
     address, _, port_text = text.partition(":")
     try:
         value = int(ipaddress.IPv4Address(address))
@@ -514,13 +550,13 @@ def session_condition(word: str) -> ColumnElement[bool]:
             SessionRow.r_dst == value,
             and_(SessionRow.nat_kind != 0, SessionRow.nat_addr == value),
         )
-        if not port_text.isdigit():
+        if not _is_number(port_text):
             return on_address
         port = int(port_text)
         return and_(on_address, _port_condition(port))
-    if text.isdigit():
+    if _is_number(text):
         number = int(text)
-        return or_(SessionRow.id == number, _port_condition(number))
+        return or_(_id_condition(number), _port_condition(number))
     if text in _PROTOCOLS:
         return SessionRow.proto == _PROTOCOLS[text]
     if text in SESSION_STATES:
@@ -528,7 +564,19 @@ def session_condition(word: str) -> ColumnElement[bool]:
     return SessionRow.npm == word
 
 
+def _is_number(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also takes "²", which int() refuses."""
+    return text.isascii() and text.isdigit()
+
+
+def _id_condition(number: int) -> ColumnElement[bool]:
+    # past the column's range no id matches (the driver would refuse the number)
+    return SessionRow.id == number if number <= BIGINT_MAX else false()
+
+
 def _port_condition(port: int) -> ColumnElement[bool]:
+    if port > 65535:
+        return false()
     return or_(
         SessionRow.sport == port,
         SessionRow.dport == port,

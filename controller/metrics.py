@@ -1,8 +1,49 @@
-"""Prometheus metrics of one controller, in its own registry (so tests can run several)."""
+"""Prometheus metrics of one controller, in its own registry (so tests can run several).
+
+A label's values must stay few: each one is a time series of its own, kept for as long as the
+process runs. Labels that a client names (an alert's action) take known values only.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# The actions an alert's `action` label takes: Suricata's and Snort 3's rule actions and the
+# EVE log's verdicts; any other action is counted as "other".
+ALERT_ACTIONS = frozenset(
+    {
+        "alert",
+        "drop",
+        "block",
+        "reject",
+        "sdrop",
+        "pass",
+        "log",
+        "allow",
+        "allowed",
+        "blocked",
+        "would_drop",
+    }
+)
+OTHER_ACTION = "other"
+
+
+def alert_action_label(action: str) -> str:
+    """The `action` label of an alert's action: itself if known, else "other"."""
+    return action if action in ALERT_ACTIONS else OTHER_ACTION
+
+
+class AlertCounter:
+    """opengate_alerts by SPM and action, the action bounded by `alert_action_label`."""
+
+    def __init__(self, counter: Counter) -> None:
+        self.counter = counter
+
+    def labels(self, spm: str, action: str) -> Any:
+        return self.counter.labels(spm, alert_action_label(action))
+
 
 _LATENCY_BUCKETS = (
     0.0005,
@@ -109,9 +150,13 @@ class Metrics:
             ["spm"],
             registry=r,
         )
-        self.alerts = Counter(
-            "opengate_alerts", "Alerts the SPMs reported, by action", ["spm", "action"], registry=r
+        self.alerts_by_action = Counter(
+            "opengate_alerts",
+            "Alerts the SPMs reported, by action (other: an action not known)",
+            ["spm", "action"],
+            registry=r,
         )
+        self.alerts = AlertCounter(self.alerts_by_action)
         self.ipsec_tunnel_up = Gauge(
             "opengate_ipsec_tunnel_up",
             "1 if the tunnel has an installed CHILD SA",

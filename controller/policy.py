@@ -382,7 +382,7 @@ def load_policy(path: str | Path, text: str | None = None) -> Policy:
     path = Path(path)
     if text is None:
         try:
-            text = path.read_text()
+            text = yamlconf.read_text(path)  # a regular UTF-8 file of bounded size only
         except OSError as error:
             raise ConfigError(f"cannot read: {error.strerror}", path=str(path)) from None
     data = yamlconf.load_yaml_text(text, path)
@@ -454,7 +454,7 @@ class _Loader:
         if not target.is_absolute():
             target = self.path.parent / target
         try:
-            content = target.read_bytes()
+            content = yamlconf.read_file(target)
         except OSError as error:
             raise reader.error(key, f"cannot read {target}: {error.strerror}") from None
         self.digest.update(b"\0" + str(target).encode() + b"\0" + content)

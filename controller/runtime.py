@@ -45,8 +45,8 @@ from controller.classifier import (
 )
 from controller.classifier import summary as classifier_summary
 from controller.counters import NpmCounterCollector, NpmCounters, read_counters
-from controller.db import Database, DbWriter
-from controller.errors import RequestError
+from controller.db import Database, DbWriter, policy_version_problem
+from controller.errors import RequestError, quiet_refusals
 from controller.hsm.compile import CompiledTables, TableOverflow
 from controller.ipsec import IpsecReports, active_spm, ipsec_view, spm_config
 from controller.metrics import Metrics
@@ -137,6 +137,7 @@ class Controller:
         self.db = Database(options.db_url)
         self.db_writer = DbWriter()
         self.bus = ev.EventBus(self.metrics)
+        quiet_refusals(ev.LOG)  # a request a handler refuses is the client's error, not ours
         self.packet_ins = PacketInQueue(
             on_drop=lambda npm: self.metrics.packet_ins_dropped.labels(npm).inc(),
             wake=lambda: self.bus.publish(ev.PacketInsWaiting()),
@@ -546,6 +547,7 @@ class Controller:
             LOG.warning("%s: cannot read the switch back: %s", state.conn.name, error)
 
     def _record_policy(self, policy: Policy, source: str) -> int:
+        """The running version in the DB: one transaction (the one before superseded)."""
         version = self.db.add_policy_version(
             name=policy.name,
             path=policy.path,
@@ -564,11 +566,21 @@ class Controller:
         return [s for s in self.states.values() if s.role == "primary" and s.conn.is_primary]
 
     def _on_policy_apply(self, event: ev.PolicyApplyRequested) -> dict[str, Any]:
+        """All or nothing: the database, this controller and the switches run either the new
+        policy or the one before. Everything the DB will be asked to store is checked before
+        the first write; the switches are written (a refusal puts them back), then the version
+        is recorded (a failure puts them back too), and only then does the controller run it
+        (its SPM weights, the sessions held to it)."""
         assert self.spms is not None and self.sessions is not None
         new: Policy = event.policy
         old = self.policy
         assert old is not None
-        self.spms.update_policy(new, time.monotonic())
+        problem = policy_version_problem(
+            name=new.name, path=new.path, text=new.text, source=event.source
+        )
+        if problem is not None:
+            raise RequestError(422, f"the policy cannot be stored: {problem}")
+        self.spms.update_policy(new, time.monotonic())  # the weights the plans write
         results: dict[str, Any] = {}
         # The tables the NPMs classify with before and after (all NPMs have the same rules).
         tables: list[CompiledTables | None] = [None, None]
@@ -581,24 +593,22 @@ class Controller:
                 results[state.conn.name] = plan.summary()
                 tables[1] = tables[1] or plan.compiled or banks.content.get(banks.active)
         except Exception as error:
-            self.db.add_policy_version(
-                name=new.name,
-                path=new.path,
-                sha256=new.sha256,
-                text=new.text,
-                status="failed",
-                source=event.source,
-                summary=new.summary(),
-                error=str(error),
-            )
             LOG.error("policy apply failed: %s; restoring the running policy", error)
-            self.spms.update_policy(old, time.monotonic())
-            for state in self._primaries():
-                try:
-                    self._execute(state, self._plan_npm(state, old), rules_key(old))
-                except Exception as restore_error:
-                    LOG.error("%s: restoring failed too: %s", state.conn.name, restore_error)
-            raise RequestError(409, f"the switch refused the new policy: {error}") from None
+            restored = self._restore_policy(old)
+            self._record_failed(new, event.source, str(error))
+            if isinstance(error, RequestError) and error.status == 422:
+                raise RequestError(422, f"{error.message}; {restored}") from None
+            raise RequestError(
+                409, f"the switch refused the new policy: {error}; {restored}"
+            ) from None
+        try:
+            version = self._record_policy(new, event.source)
+        except Exception as error:
+            LOG.error("policy apply: the database did not record it: %s; restoring", error)
+            restored = self._restore_policy(old)
+            raise RequestError(
+                503, f"the database did not record the new policy ({error}); {restored}"
+            ) from None
         self.policy = new
         self.sessions.policy = new
         self.previous_policy = None  # the sessions are held to `new` now, from `old`
@@ -608,7 +618,6 @@ class Controller:
         same = rules_key(old) == rules_key(new)
         old_classify = new_classify if same else classifier(old, tables[0])
         rematched = self.sessions.rematch((old, old_classify), (new, new_classify))
-        version = self._record_policy(new, event.source)
         self.bus.publish(ev.PolicyApplied(version, new.sha256, new.summary()))
         LOG.info("policy version %d applied: %s", version, results)
         return {
@@ -618,6 +627,44 @@ class Controller:
             "rematched": rematched,  # in the first turn (status: sessions.rematch_pending)
             "rematch_pending": self.sessions.rematch_pending,
         }
+
+    def _restore_policy(self, old: Policy) -> str:
+        """Put every primary NPM back to `old` after a failed apply; what runs now, in words.
+        An NPM that cannot be put back is reconciled again from the ticker (as a failed
+        take-over is), and its status says why until then."""
+        assert self.spms is not None
+        self.spms.update_policy(old, time.monotonic())
+        failed: list[str] = []
+        for state in self._primaries():
+            try:
+                self._execute(state, self._plan_npm(state, old), rules_key(old))
+            except Exception as error:
+                LOG.error("%s: restoring the running policy failed too: %s", state.conn.name, error)
+                state.role = "failed"
+                state.error = f"restoring policy version {self.policy_version} failed: {error}"
+                state.retry_at = time.monotonic() + TAKEOVER_RETRY_SECONDS
+                state.synced.clear()
+                failed.append(f"{state.conn.name} ({error})")
+        running = f"version {self.policy_version} ({old.name}) runs"
+        if not failed:
+            return f"{running} on every NPM, as before"
+        return f"{running}, but could not be written back to {', '.join(failed)}: reconciling"
+
+    def _record_failed(self, policy: Policy, source: str, error: str) -> None:
+        """The refused policy in the version history (best effort: the DB may be what failed)."""
+        try:
+            self.db.add_policy_version(
+                name=policy.name,
+                path=policy.path,
+                sha256=policy.sha256,
+                text=policy.text,
+                status="failed",
+                source=source,
+                summary=policy.summary(),
+                error=error,
+            )
+        except Exception as db_error:
+            LOG.error("the refused policy is not in the version history: %s", db_error)
 
     def diff_policy(self, new: Policy) -> dict[str, Any]:
         """What applying `new` would write (dispatcher thread: call through bus.call)."""
@@ -759,8 +806,11 @@ class Controller:
         self.ipsec_reports.put(name, report)
         weights = self.ipsec_weights()
         config = spm_config(self.policy, weights, name, self._ipsec_hold(self.policy, weights))
+        ipsec = self.policy.ipsec
+        known = {t.name for t in ipsec.tunnels} if ipsec is not None else set()
         if config["active"]:
-            for tunnel in tunnels:
+            # a tunnel's name is a label: only the policy's (a report cannot grow /metrics)
+            for tunnel in (t for t in tunnels if t.get("name") in known):
                 label = str(tunnel.get("name"))
                 self.metrics.ipsec_tunnel_up.labels(label).set(int(tunnel.get("state") == "up"))
                 self.metrics.ipsec_rekeys.labels(label).set(float(tunnel.get("rekeys") or 0))

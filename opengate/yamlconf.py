@@ -3,11 +3,20 @@
 Mappings load as `LineDict` (a dict with `.line` and `.key_lines`), sequences as `LineList`
 (a list with `.line` and `.item_lines`). `Reader` walks them and raises ConfigError naming the
 place of whatever is wrong.
+
+What loads is bounded, so that no file or text handed in (a policy sent to the REST API, say)
+can make the loader fail other than with a ConfigError: collections nest at most MAX_DEPTH deep,
+every string is storable text (no NUL, no lone UTF-16 surrogate, which YAML's `\\0` and
+`\\ud800` escapes could make), and `read_file` reads only regular files of at most
+MAX_FILE_BYTES.
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +26,56 @@ import yaml
 from opengate.errors import ConfigError
 
 T = TypeVar("T")
+
+# How deep mappings and sequences may nest: the policies nest five levels; PyYAML's composer
+# recurses once per level and a few thousand levels exhaust Python's stack.
+MAX_DEPTH = 64
+# The largest file `read_file` reads (a policy with 100,000 ClassBench rules inline is 11 MB).
+MAX_FILE_BYTES = 16 * 1024 * 1024
+
+
+def text_problem(text: str) -> str | None:
+    """Why `text` cannot be stored as text (PostgreSQL refuses NUL, UTF-8 has no lone
+    surrogates), or None when it can."""
+    if "\0" in text:
+        return "holds a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"holds U+{ord(text[error.start]):04X}, a lone surrogate (not UTF-8 text)"
+    return None
+
+
+def read_file(path: str | Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The content of a regular file of at most `limit` bytes. OSError (its strerror says why)
+    for anything else: a missing file, a path with a NUL, a FIFO or device (opened without
+    blocking, never read), a file that is too large."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (ValueError, UnicodeError):  # a NUL in the path, a name the file system cannot hold
+        raise OSError(errno.EINVAL, "not a valid file name") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if size > limit:
+                raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_text(path: str | Path, limit: int = MAX_FILE_BYTES) -> str:
+    """`read_file`, decoded as UTF-8; OSError too for a file that is not UTF-8 text."""
+    data = read_file(path, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise OSError(errno.EILSEQ, f"not UTF-8 text (byte {error.start})") from None
 
 
 class LineDict(dict[str, Any]):
@@ -30,7 +89,26 @@ class LineList(list[Any]):
 
 
 class _Loader(yaml.SafeLoader):
-    pass
+    depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        # The composer recurses once per nesting level: bounded here, before the stack is.
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
+                raise ConfigError(f"nested more than {MAX_DEPTH} levels deep", line=line)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def _construct_str(loader: _Loader, node: yaml.ScalarNode) -> str:
+    value = str(loader.construct_scalar(node))
+    problem = text_problem(value)
+    if problem is not None:
+        raise ConfigError(f"the text {value[:40]!r} {problem}", line=node.start_mark.line + 1)
+    return value
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
@@ -58,12 +136,13 @@ def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> LineList:
 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SCALAR_TAG, _construct_str)
 
 
 def load_yaml(path: str | Path) -> Any:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = read_text(path)
     except OSError as error:
         raise ConfigError(f"cannot read: {error.strerror}", path=str(path)) from None
     return load_yaml_text(text, path)
@@ -83,6 +162,8 @@ def load_yaml_text(text: str, path: str | Path) -> Any:
         line = mark.line + 1 if mark is not None else None
         problem = getattr(error, "problem", None) or str(error)
         raise ConfigError(f"not valid YAML: {problem}", path=str(path), line=line) from None
+    except RecursionError:  # constructors and the caller's walk are bounded by MAX_DEPTH too
+        raise ConfigError(f"nested more than {MAX_DEPTH} levels deep", path=str(path)) from None
 
 
 class Reader:

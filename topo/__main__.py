@@ -5,7 +5,9 @@
                        --exec 'h2: ping -c1 198.51.100.20'
 
 With --exec, each command runs on its host in order, its output is printed, and the exit status is
-that of the first command that failed (0 if none did). Everything started is stopped on exit.
+that of the first command that failed (0 if none did); --exec-timeout SECONDS stops a command that
+runs longer (exit 124; no limit by default). Everything started is stopped on exit, SIGTERM too:
+the command still running, with its process group, and what the commands left in the background.
 """
 
 from __future__ import annotations

@@ -47,6 +47,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="HOST: COMMAND",
         help="run COMMAND on HOST and exit (repeatable, in order)",
     )
+    parser.add_argument(
+        "--exec-timeout",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="stop an --exec command (and what it started) after SECONDS; it then exits 124, "
+        "as with timeout(1) (default: no limit)",
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -54,6 +62,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("topo", help="the Mininet topology")
     sub = parser.add_subparsers(dest="topo_command", required=True)
     add_arguments(sub.add_parser("run", help="bring up the topology (CLI, or --exec and exit)"))
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"a number of seconds above 0, not {text!r}")
+    return value
 
 
 def _parse_command(text: str) -> tuple[str, str]:
@@ -64,7 +82,8 @@ def _parse_command(text: str) -> tuple[str, str]:
 
 
 def _terminate(signum: int, _frame: FrameType | None) -> None:
-    """SIGTERM, or SIGHUP (the terminal went away): stop everything, exit 128 + the signal."""
+    """SIGTERM, or SIGHUP (the terminal went away): stop everything (the --exec command still
+    running too, with its process group), exit 128 + the signal."""
     raise SystemExit(128 + signum)
 
 
@@ -97,7 +116,7 @@ def handle(args: argparse.Namespace) -> int:
                 return 0
             status = 0
             for host, command in commands:
-                result = network.run(host, command)
+                result = network.run(host, command, timeout=args.exec_timeout)
                 print(f"--- {host}$ {command}  (exit {result.returncode})")
                 print(result.output, end="" if result.output.endswith("\n") else "\n")
                 if result.returncode != 0 and status == 0:

@@ -171,6 +171,66 @@ def release_names(fds: list[int]) -> None:
 TOPOLOGY_ENV = "OPENGATE_TOPOLOGY"
 
 
+# A process as /proc names it once: (pid, start time in clock ticks since boot), so that a PID
+# the kernel gave to another process since is never signalled.
+ProcessId = tuple[int, int]
+
+
+def group_members(pgid: int) -> list[ProcessId]:
+    """The processes (not zombies) of process group `pgid`."""
+    out: list[ProcessId] = []
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        # after the command: state, ppid, pgrp, ...; field 22 of stat (starttime) is [19]
+        if len(fields) > 19 and int(fields[2]) == pgid and fields[0] != "Z":
+            out.append((int(stat_file.parent.name), int(fields[19])))
+    return out
+
+
+def _still(member: ProcessId) -> bool:
+    try:
+        fields = Path(f"/proc/{member[0]}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return False
+    return fields[0] != "Z" and int(fields[19]) == member[1]
+
+
+def stop_members(members: list[ProcessId], timeout: float = 5.0) -> None:
+    """SIGTERM to each of `members` still running, then SIGKILL after `timeout`, by PID."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid, _ in (m for m in members if _still(m)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(_still(m) for m in members):
+            time.sleep(0.02)
+        if not any(_still(m) for m in members):
+            return
+    LOG.warning("pids %s outlived SIGKILL", [m[0] for m in members if _still(m)])
+
+
+def stop_group(process: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
+    """Stop `process`, the leader of a process group of its own (a session, as `node.popen`
+    makes it), with everything in the group, what it put in the background too: SIGTERM to the
+    group, then SIGKILL to what is left after `timeout`. The leader is reaped only at the end,
+    so the group's id is not given to another process meanwhile."""
+    pgid = process.pid
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, sig)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and group_members(pgid):
+            time.sleep(0.02)
+        if not group_members(pgid):
+            break
+    else:
+        LOG.warning("process group %d outlived SIGKILL", pgid)
+    process.wait(timeout)
+
+
 def topology_token(names: list[str]) -> str:
     return f"{os.getpid()}:{','.join(names)}"
 
@@ -287,6 +347,7 @@ class GatewayNetwork:
     cpms: list[Cpm] = field(default_factory=list)  # one per distinct policy (site)
     _processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
     _commands: set[subprocess.Popen[bytes]] = field(default_factory=set)  # `run` commands
+    _background: list[ProcessId] = field(default_factory=list)  # what they left running
     # one HTTP client for every API call: a new one each call costs an SSL context (about 15 ms
     # of CPU), which a bench polling the API 10 times a second paid as 15 % of a core
     _http: httpx.Client | None = None
@@ -765,8 +826,11 @@ class GatewayNetwork:
 
     # -- use -----------------------------------------------------------------------------
 
-    def run(self, host: str, command: str, timeout: float = 120.0) -> CommandResult:
-        """Run a shell command on a named host; its exit status and output."""
+    def run(self, host: str, command: str, timeout: float | None = None) -> CommandResult:
+        """Run a shell command on a named host; its exit status and output. After `timeout`
+        seconds (None: no limit) it is stopped, with whatever it started, and answers 124 as
+        timeout(1) does. If the wait is cut short (SIGTERM to `topo run`, Ctrl-C), the command
+        stays in `_commands` for stop() to end."""
         try:
             node = self.net.get(host)
         except KeyError:
@@ -779,10 +843,15 @@ class GatewayNetwork:
         try:
             output, _ = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            stop_process(process)
-            return CommandResult(host, command, 124, f"timed out after {timeout:g}s\n")
-        finally:
+            stop_group(process)
             self._commands.discard(process)
+            if process.stdout is not None:
+                process.stdout.close()
+            return CommandResult(host, command, 124, f"timed out after {timeout:g}s\n")
+        # What it left running in the background (a server for the next command) runs on until
+        # the topology stops.
+        self._background += group_members(process.pid)
+        self._commands.discard(process)
         return CommandResult(host, command, process.returncode, output.decode(errors="replace"))
 
     # -- tear-down -----------------------------------------------------------------------
@@ -791,10 +860,13 @@ class GatewayNetwork:
         if self._http is not None:
             self._http.close()
             self._http = None
-        for process in list(self._commands):  # commands still running in other threads
-            LOG.info("stopping a command still running (pid %d)", process.pid)
-            stop_family(process)
+        # commands still running: in other threads, or whose wait a signal cut short
+        for process in list(self._commands):
+            LOG.info("stopping a command still running (pid %d) and its process group", process.pid)
+            stop_group(process)
         self._commands.clear()
+        stop_members(self._background)
+        self._background.clear()
         for name, process in reversed(self._processes):
             LOG.info("stopping %s (pid %d)", name, process.pid)
             stop_family(process)

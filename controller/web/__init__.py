@@ -22,18 +22,19 @@ import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, FastAPI, Query, Request, Response
+from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from finsy.proto import p4r
 from pydantic import BaseModel, Field
 
 from controller import events as ev
 from controller.counters import Cell
-from controller.db import SESSION_SORT_KEYS
-from controller.errors import RequestError
+from controller.db import INT_MAX, SESSION_SORT_KEYS
+from controller.errors import JSON_INT_MAX, Count, RequestError, Text, Text100
 from controller.policy import load_policy
 from controller.runtime import Controller
 from controller.session_encoding import SessionEncoder
@@ -66,11 +67,13 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
 }
 PROTO_NAMES = {pc.IP_PROTO_TCP: "tcp", pc.IP_PROTO_UDP: "udp", pc.IP_PROTO_ICMP: "icmp"}
+# The last page of a table (of the largest page size) whose offset the database takes.
+MAX_PAGE = JSON_INT_MAX // 500
 
 
 class PolicyText(BaseModel):
-    text: str = Field(description="the policy file's content")
-    name: str = Field(default="", description="its file name (uploaded or edited)")
+    text: Text = Field(description="the policy file's content")
+    name: Text100 = Field(default="", description="its file name (uploaded or edited)")
 
 
 def _packets(cells: dict[int, Cell], port: int) -> int | None:
@@ -400,10 +403,10 @@ class Console:
 
         @router.get("/data/sessions")
         def sessions(
-            q: str = Query("", max_length=200),
+            q: Annotated[Text, Query(max_length=200)] = "",
             sort: str = "id",
             order: str = Query("asc", pattern="^(asc|desc)$"),
-            page: int = Query(1, ge=1),
+            page: int = Query(1, ge=1, le=MAX_PAGE),
             size: int = Query(50, ge=1, le=500),
         ) -> dict[str, Any]:
             if sort not in SESSION_SORT_KEYS:
@@ -419,7 +422,7 @@ class Console:
             return {"total": total, "page": page, "size": size, "sessions": out}
 
         @router.post("/data/sessions/{session_id}/block")
-        def block(session_id: int, request: Request) -> dict[str, Any]:
+        def block(session_id: Count, request: Request) -> dict[str, Any]:
             result: dict[str, Any] = publish(
                 ev.SessionBlockRequested(session_id, f"console ({request.state.user})")
             )
@@ -427,10 +430,10 @@ class Console:
 
         @router.get("/data/alerts")
         def alerts(
-            sid: int | None = None,
-            classtype: str | None = Query(None, max_length=100),
-            host: str | None = Query(None, max_length=64),
-            page: int = Query(1, ge=1),
+            sid: Count | None = None,
+            classtype: Annotated[Text | None, Query(max_length=100)] = None,
+            host: Annotated[Text | None, Query(max_length=64)] = None,
+            page: int = Query(1, ge=1, le=MAX_PAGE),
             size: int = Query(50, ge=1, le=500),
         ) -> dict[str, Any]:
             total, rows = controller.db.alert_page(
@@ -449,7 +452,7 @@ class Console:
             }
 
         @router.get("/data/rules/{sid}")
-        def rule(sid: int) -> dict[str, Any]:
+        def rule(sid: Count) -> dict[str, Any]:
             return self.rule(sid)
 
         @router.get("/data/policy")
@@ -477,7 +480,7 @@ class Console:
             }
 
         @router.get("/data/policy/versions/{version}")
-        def policy_version(version: int) -> dict[str, Any]:
+        def policy_version(version: Annotated[int, PathParam(ge=0, le=INT_MAX)]) -> dict[str, Any]:
             stored = controller.db.policy_version(version)
             if stored is None:
                 raise RequestError(404, f"no policy version {version}")
