@@ -14,7 +14,7 @@ P4_SOURCES := $(shell find p4src -name '*.p4' -not -path 'p4src/build/*')
 P4_BUILD   := p4src/build
 P4_FLAGS   := --std p4-16 -I p4src
 
-.PHONY: help setup run test p4 constants ptf e2e bench lint clean check-p4c unit tofino docs
+.PHONY: help setup run test p4 constants ptf e2e bench lint clean check-p4c unit tofino docs fuzz
 
 help: ## list the targets
 	@echo "OpenGate make targets (TARGET=soft|bmv2 picks the data plane; default: bmv2 if installed):"
@@ -63,6 +63,9 @@ ptf: setup ## the PTF packet tests against TARGET (veths set up and torn down by
 
 e2e: setup ## the end-to-end tests across the Mininet topology
 	$(PY) -m pytest tests -m e2e
+
+fuzz: setup ## coverage-guided fuzzing, FUZZ_SECONDS (60) per target (FUZZ_TARGETS for some); findings in run/fuzz/findings/
+	$(PY) -m fuzz --seconds $(or $(FUZZ_SECONDS),60) $(FUZZ_TARGETS)
 
 bench: setup ## the benchmarks (BENCH="hsm softswitch" for some, ARGS for one); writes bench/results/ and docs/benchmarks.md
 	$(PY) -m bench $(BENCH) $(if $(ARGS),-- $(ARGS))

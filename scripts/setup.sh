@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 P4_PREFIX=${P4_PREFIX:-/opt/p4}
 DEBIAN_PACKAGES=(
-  python3 python3-venv python3-dev build-essential git
+  python3 python3-venv python3-dev build-essential git clang libclang-rt-14-dev
   mininet iproute2 iputils-ping ethtool procps psmisc
   nftables iptables libnetfilter-queue-dev
   iperf3 curl netcat-openbsd tcpdump

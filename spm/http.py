@@ -46,6 +46,9 @@ _REQUEST_LINE = re.compile(rb"(" + _METHOD + rb")[ \t]+(\S{1,65536})[ \t]+(HTTP/
 _STATUS_LINE = re.compile(rb"(HTTP/\d\.\d) +(\d{3})(?: +(.*))?\r?$")
 _PCT = re.compile(rb"%([0-9A-Fa-f]{2})")
 _ABSOLUTE = re.compile(rb"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
+# The empty line that ends a header section: its first, whether the lines end in CRLF or in a
+# bare LF (RFC 9112 section 2.2), and the same wherever the stream is cut.
+_HEAD_END = re.compile(rb"\n\r?\n")
 
 
 def is_http_start(data: bytes) -> bool:
@@ -222,12 +225,14 @@ class HttpParser:
         buf = self._buf
         start = max(0, len(buf) - 3)
         buf += data[pos:]
-        end = buf.find(b"\r\n\r\n", start)
-        sep = 4
-        if end < 0:
-            end = buf.find(b"\n\n", max(0, start - 1))
-            sep = 2
-        if end < 0:
+        # Empty lines before a message are ignored (RFC 9112 section 2.2) wherever the stream is
+        # cut: "\n\n" in one segment is no empty header section but skipped as "\n" + "\n" is.
+        lead = len(buf) - len(buf.lstrip(b"\r\n"))
+        if lead:
+            del buf[:lead]
+            start = 0
+        found = _HEAD_END.search(buf, start)
+        if found is None:
             if not buf.lstrip(b"\r\n"):
                 buf.clear()
             elif len(buf) > self.max_header_bytes:
@@ -235,8 +240,8 @@ class HttpParser:
             elif not self._plausible_start(bytes(buf[:96])):
                 self._break(events, "not HTTP")
             return len(data)
-        head = bytes(buf[: end + sep])
-        rest_in_buf = len(buf) - (end + sep)
+        head = bytes(buf[: found.end()])
+        rest_in_buf = len(buf) - found.end()
         consumed_from_data = len(data) - pos - rest_in_buf
         buf.clear()
         if len(head) > self.max_header_bytes:

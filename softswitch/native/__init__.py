@@ -11,7 +11,7 @@ from typing import Any
 
 from softswitch.engine import Dataplane, DigestSink
 from softswitch.errors import LoadError
-from softswitch.native.build import BuildError
+from softswitch.native.build import BuildError, CompileError
 from softswitch.native.cgen_expr import UnsupportedError
 from softswitch.native.dataplane import load_native
 from softswitch.program import Program
@@ -42,7 +42,12 @@ def make_dataplane(
         except (UnsupportedError, BuildError, OSError) as exc:
             if choice == "native":
                 raise LoadError(f"the native path cannot run this program: {exc}") from None
-            LOG.warning("running the program on the Python engine: %s", exc)
+            if isinstance(exc, CompileError):
+                # not a limit of the native path but its bug: said as an error, with the
+                # compiler's own error lines
+                LOG.error("native path: C compile error, running on the Python engine: %s", exc)
+            else:
+                LOG.warning("running the program on the Python engine: %s", exc)
             py = Dataplane(program, digest_sink=digest_sink)
             py.fallback_reason = str(exc)
             return py

@@ -28,12 +28,49 @@ RUNTIME = (
     "og_dp.c",
 )
 SOURCES = ("og_table.c", "og_table_index.c", "og_io.c")
+# The switch's own build: no warning can fail it (a newer compiler's new warning must not turn
+# the native path off for users). tests/softswitch/test_native_build.py builds the same sources
+# with WARNING_FLAGS and -Werror on gcc and clang, so that the code stays warning-free.
 FLAGS = ("-O2", "-shared", "-fPIC", "-pthread", "-w")
+WARNING_FLAGS = (
+    "-Wall",
+    "-Wextra",
+    "-Wimplicit-function-declaration",
+    "-Wstrict-prototypes",
+    "-Wmissing-prototypes",
+    "-Wold-style-definition",
+    "-Wshadow",
+    "-Wundef",
+    "-Wvla",
+    "-Wpointer-arith",
+    "-Wwrite-strings",
+    "-Wcast-qual",
+)
 COMPILE_TIMEOUT = 300
+MAX_ERROR_LINES = 20
 
 
 class BuildError(RuntimeError):
     """The C compiler is missing, turned off, or refused the generated code."""
+
+
+class CompileError(BuildError):
+    """The C compiler ran and refused the code: a bug of the native path (the generated C or the
+    run-time sources), never a property of the user's program, which cgen refuses before C."""
+
+    def __init__(self, cc: str, returncode: int, stderr: str) -> None:
+        self.cc = cc
+        self.returncode = returncode
+        self.stderr = stderr
+        super().__init__(f"{cc} refused the native path's C (exit {returncode}): {errors(stderr)}")
+
+
+def errors(stderr: str) -> str:
+    """The compiler's error lines (`file:line:col: error: ...`, the linker's `undefined
+    reference`), else its last lines: what the log must show of a failed build."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    found = [ln for ln in lines if "error:" in ln or "undefined reference" in ln]
+    return "; ".join((found or lines)[:MAX_ERROR_LINES]) or "no output"
 
 
 def compiler() -> str | None:
@@ -79,6 +116,6 @@ def build(source: str) -> Path:
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise BuildError(f"{cc}: {exc}") from None
         if proc.returncode != 0:
-            raise BuildError(f"{cc} failed: {proc.stderr.strip()[-2000:]}")
+            raise CompileError(cc, proc.returncode, proc.stderr)
         os.replace(so_tmp, target)  # atomic: concurrent builders agree on the same file
     return target

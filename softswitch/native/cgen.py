@@ -34,6 +34,20 @@ UNSUPPORTED_PRIMITIVES = {
 }
 
 
+def parens(code: str) -> str:
+    """`code` in one pair of parentheses: as it is if one pair already encloses all of it, so
+    that `if` gets no doubled ones (clang's -Wparentheses-equality)."""
+    if code.startswith("(") and code.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(code):
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth == 0:
+                if i == len(code) - 1:
+                    return code
+                break
+    return f"({code})"
+
+
 @dataclass(slots=True)
 class CProgram:
     """The C source, and where each table and extern array is in the program's `og_dp`."""
@@ -279,7 +293,7 @@ class CGen(ExprC):
             if dst.kind != "d" or not dst.lv:
                 raise UnsupportedError(f"{where}: target is not a field")
             cond = ck.get("if_cond")
-            guard = "if (" + self.boolean(self.expr(cond, where), where) + ") " if cond else ""
+            guard = f"if {parens(self.boolean(self.expr(cond, where), where))} " if cond else ""
             value = f"({calc}(dp, p, f, vb) & {mask_of(dst.width)})"
             if verify:
                 body.append(f"{guard}{{ if ({value} != {dst.code}) ok = 0; }}")
@@ -319,10 +333,17 @@ class CGen(ExprC):
             where = f"action {act.get('name')!r}"
             adw = [int(r["bitwidth"]) for r in act.get("runtime_data", [])]
             prims = act.get("primitives", [])
+            # a label only where a jump lands (-Wunused-label: the build has warnings as errors)
+            targets = {
+                parse_hex(pr["parameters"][-1]["value"], where)
+                for pr in prims
+                if pr.get("op") in ("_jump", "_jump_if_zero")
+            }
             body: list[str] = []
             for i, pr in enumerate(prims):
                 op = pr.get("op")
-                body.append(f"L{i}:;")
+                if i in targets:
+                    body.append(f"L{i}:;")
                 if op == "_jump":
                     target = parse_hex(pr["parameters"][0]["value"], where)
                     body.append(f"goto L{target};")
@@ -332,7 +353,8 @@ class CGen(ExprC):
                     body.append(f"if (!({cond})) goto L{target};")
                 else:
                     body.extend(self.primitive(pr, where, adw))
-            body.append(f"L{len(prims)}:;")
+            if len(prims) in targets:
+                body.append(f"L{len(prims)}:;")
             self.src += [
                 f"static void og_action_{int(act['id'])}(og_dp *dp, og_pkt *p, uint64_t *f, "
                 "uint8_t *vb, const uint64_t *ad) {",
@@ -367,7 +389,7 @@ class CGen(ExprC):
             cond = self.boolean(self.expr(c["expression"], where), where)
             body.append(f"{label[c['name']]}:")
             body.append(
-                f"  if ({cond}) {goto(c.get('true_next'))} else {goto(c.get('false_next'))}"
+                f"  if {parens(cond)} {goto(c.get('true_next'))} else {goto(c.get('false_next'))}"
             )
         for a in pipe.get("action_calls", []):
             aid = int(a["action_id"])

@@ -1,6 +1,6 @@
-/* The exported API of a compiled program (bound by softswitch/native/dataplane.py with ctypes).
- * Included at the end of the generated file, after og_walk and og_dp_init_objects. */
-#define OG_API __attribute__((visibility("default")))
+/* The exported API of a compiled program (declared in og_dp.h, bound by
+ * softswitch/native/dataplane.py with ctypes). Included at the end of the generated file, after
+ * og_walk and og_dp_init_objects. */
 
 static inline uint64_t og_rng_between(og_dp *dp, uint64_t lo, uint64_t hi) {
     uint64_t x = dp->rng;

@@ -32,12 +32,20 @@ static inline uint64_t og_mask(unsigned w) { return w >= 64 ? ~0ULL : ((1ULL << 
 static inline uint64_t og_shl(uint64_t a, uint64_t b) { return b >= 64 ? 0 : a << b; }
 static inline uint64_t og_shr(uint64_t a, uint64_t b) { return b >= 64 ? 0 : a >> b; }
 static inline uint64_t og_div(uint64_t a, uint64_t b) { return b ? a / b : 0; }
-/* Register cells: reads out of range give 0, writes out of range are ignored (as BMv2). */
+/* Register cells: reads out of range give 0, writes out of range are ignored (as BMv2). A build
+ * may define OG_REG_WRITE_HOOK(r, i) to see each write (fuzz/native/og_fuzz.c resets only the
+ * cells an input wrote). */
+#ifndef OG_REG_WRITE_HOOK
+#define OG_REG_WRITE_HOOK(r, i) ((void)0)
+#endif
 static inline uint64_t og_reg_read(const uint64_t *r, uint64_t size, uint64_t i) {
     return i < size ? r[i] : 0;
 }
 static inline void og_reg_write(uint64_t *r, uint64_t size, uint64_t i, uint64_t v) {
-    if (i < size) r[i] = v;
+    if (i < size) {
+        OG_REG_WRITE_HOOK(r, i);
+        r[i] = v;
+    }
 }
 static inline uint64_t og_mod(uint64_t a, uint64_t b) { return b ? a % b : 0; }
 
