@@ -17,26 +17,14 @@ from finsy.proto import p4i
 
 from docgen import markdown as md
 from docgen.refs import Key, controller_references
-from opengate.p4info import P4Schema
+from opengate.p4info import PREAMBLE_KINDS, P4Schema
 from opengate.target import repo_root
 
 BUILD = Path("p4src") / "build"
 MAIN = BUILD / "opengate.p4info.txtpb"
 SOURCE = f"{MAIN.as_posix()}, the other builds' P4Info under {BUILD.as_posix()}/ and controller/"
-# P4Info repeated fields compared between builds (the kind names of p4constants' prefixes)
-KINDS = (
-    "tables",
-    "actions",
-    "action_profiles",
-    "counters",
-    "direct_counters",
-    "meters",
-    "direct_meters",
-    "registers",
-    "digests",
-    "controller_packet_metadata",
-    "value_sets",
-)
+# P4Info repeated fields compared between builds
+KINDS = PREAMBLE_KINDS
 SIZED = ("tables", "action_profiles", "counters", "meters", "registers", "value_sets")
 KIND_WORDS = {
     "tables": "table",

@@ -17,6 +17,21 @@ from google.protobuf import text_format
 
 from opengate.entries import Exact, Lpm, MatchValue, Optional, Range, TableEntry, Ternary
 
+# The repeated fields of a P4Info whose objects carry a preamble (name, id), in P4Info's order.
+PREAMBLE_KINDS = (
+    "tables",
+    "actions",
+    "action_profiles",
+    "counters",
+    "direct_counters",
+    "meters",
+    "direct_meters",
+    "registers",
+    "digests",
+    "controller_packet_metadata",
+    "value_sets",
+)
+
 
 class P4InfoError(LookupError):
     """A name or value that the loaded P4Info does not have or cannot hold."""

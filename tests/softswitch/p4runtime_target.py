@@ -28,6 +28,7 @@ import pytest
 from finsy.proto import p4i, p4r, p4r_grpc, rpc_status
 from google.protobuf import text_format
 
+from opengate.p4info import PREAMBLE_KINDS
 from opengate.switch import running_switch
 from opengate.target import BMV2_BINARY, select_target
 from softswitch.p4runtime_server import P4RuntimeServer
@@ -66,22 +67,7 @@ def device_config(name: str = PROGRAM) -> bytes:
 def ids(info: p4i.P4Info | None = None) -> dict[str, int]:
     """Every P4Info object's id by its name."""
     info = info or p4info()
-    out = {}
-    for kind in (
-        "tables",
-        "actions",
-        "counters",
-        "direct_counters",
-        "meters",
-        "direct_meters",
-        "registers",
-        "digests",
-        "action_profiles",
-        "controller_packet_metadata",
-    ):
-        for obj in getattr(info, kind):
-            out[obj.preamble.name] = obj.preamble.id
-    return out
+    return {o.preamble.name: o.preamble.id for k in PREAMBLE_KINDS for o in getattr(info, k)}
 
 
 def wait_until(what: str, condition: Callable[[], object], timeout: float = WAIT) -> None:

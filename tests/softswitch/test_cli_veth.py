@@ -18,7 +18,8 @@ from scapy.layers.l2 import Ether
 
 from softswitch.native.build import compiler
 from tests.softswitch.conftest import veth_pairs
-from tests.softswitch.test_p4runtime import Client, ids, insert, route_entry, set_pipeline
+from tests.softswitch.p4runtime_target import ids
+from tests.softswitch.test_p4runtime import Client, insert, route_entry, set_pipeline
 
 pytestmark = [
     pytest.mark.needs_root,

@@ -80,53 +80,55 @@ def test_generated_program_builds_with_warnings_as_errors(
     _compile_strict(cc, c_file, tmp_path / "program.o")
 
 
+@pytest.fixture
+def native_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The switch's build caching into this test's folder, with the native path not turned off."""
+    monkeypatch.setenv("OPENGATE_NATIVE_CACHE", str(tmp_path))
+    monkeypatch.delenv("OPENGATE_NATIVE", raising=False)
+    return tmp_path
+
+
+@pytest.fixture
+def cc(native_cache: Path) -> Path:
+    """As native_cache, where the system has a C compiler."""
+    if native_build.compiler() is None:
+        pytest.skip("no C compiler (cc)")
+    return native_cache
+
+
+@pytest.mark.usefixtures("native_cache")
 def test_switch_build_links_the_opengate_program_with_clang(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The switch's own build (its flags, linked into a shared object) with clang, which refused
     a function used before its declaration even with warnings off."""
     _compiler("clang")
     monkeypatch.setenv("CC", "clang")
-    monkeypatch.setenv("OPENGATE_NATIVE_CACHE", str(tmp_path))
-    monkeypatch.delenv("OPENGATE_NATIVE", raising=False)
     source = generate(load_json_bytes((p4_build_dir() / "opengate.json").read_bytes())).source
     assert native_build.build(source).is_file()
 
 
-def test_switch_build_is_not_failed_by_a_warning(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("cc")
+def test_switch_build_is_not_failed_by_a_warning() -> None:
     """Users' builds keep warnings off: code that warns under -Wall still builds."""
-    monkeypatch.setenv("OPENGATE_NATIVE_CACHE", str(tmp_path))
-    monkeypatch.delenv("OPENGATE_NATIVE", raising=False)
-    if native_build.compiler() is None:
-        pytest.skip("no C compiler (cc)")
     warns = "static int unused_helper(int x) { int y; return x; }\nint og_probe(void);\n"
     assert native_build.build(warns).is_file()
 
 
-def test_compile_error_raises_compile_error_with_the_compilers_error_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("OPENGATE_NATIVE_CACHE", str(tmp_path))
-    monkeypatch.delenv("OPENGATE_NATIVE", raising=False)
-    if native_build.compiler() is None:
-        pytest.skip("no C compiler (cc)")
+@pytest.mark.usefixtures("cc")
+def test_compile_error_raises_compile_error_with_the_compilers_error_line() -> None:
     with pytest.raises(native_build.CompileError) as info:
         native_build.build("int og_probe(void) { return og_undeclared_name; }\n")
     assert "error:" in str(info.value)
     assert "og_undeclared_name" in str(info.value)
 
 
+@pytest.mark.usefixtures("cc")
 def test_compile_error_in_auto_mode_is_logged_as_an_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """`auto` still runs the program on the Python engine, but says that the native path's C
     did not compile (a bug), at ERROR, with the compiler's message."""
-    monkeypatch.setenv("OPENGATE_NATIVE_CACHE", str(tmp_path))
-    monkeypatch.delenv("OPENGATE_NATIVE", raising=False)
-    if native_build.compiler() is None:
-        pytest.skip("no C compiler (cc)")
     broken = CProgram(source="int og_probe(void) { return og_undeclared_name; }\n")
     monkeypatch.setattr("softswitch.native.dataplane.generate", lambda _program: broken)
     program = load_json_bytes((FIXTURES / "l3.json").read_bytes())

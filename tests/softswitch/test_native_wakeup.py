@@ -20,7 +20,8 @@ from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.ports import Ports
 from softswitch.switch import IO_NICE, Switch
 from tests.softswitch.conftest import veth_pairs
-from tests.softswitch.test_p4runtime import Client, frame, ids, insert, route_entry, set_pipeline
+from tests.softswitch.p4runtime_target import ids
+from tests.softswitch.test_p4runtime import Client, frame, insert, route_entry, set_pipeline
 
 pytestmark = [
     pytest.mark.needs_root,

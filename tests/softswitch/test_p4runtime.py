@@ -22,6 +22,7 @@ from softswitch import p4rt_common, p4runtime_server
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.switch import Switch
 from tests.softswitch.conftest import FIXTURES
+from tests.softswitch.p4runtime_target import ids
 
 DEVICE = 1
 CPU = 255
@@ -130,25 +131,6 @@ def set_pipeline(c: Client, name: str = "l3") -> Any:
     req.config.cookie.cookie = 42
     c.stub.SetForwardingPipelineConfig(req)
     return info
-
-
-def ids(info: Any) -> dict[str, int]:
-    out = {}
-    for kind in (
-        "tables",
-        "actions",
-        "counters",
-        "direct_counters",
-        "meters",
-        "direct_meters",
-        "registers",
-        "digests",
-        "action_profiles",
-        "controller_packet_metadata",
-    ):
-        for obj in getattr(info, kind):
-            out[obj.preamble.name] = obj.preamble.id
-    return out
 
 
 def route_entry(i: dict[str, int], prefix: bytes, plen: int, port: int) -> Any:
