@@ -3,7 +3,6 @@ the controller can hold: text the database can store, integers its columns take.
 
 from __future__ import annotations
 
-import logging
 from typing import Annotated
 
 from pydantic import AfterValidator, Field, StringConstraints
@@ -20,26 +19,10 @@ class RequestError(Exception):
         self.status = status
         self.message = message
 
-
-class RefusalsAreNotFailures(logging.Filter):
-    """On the event bus's logger: a handler that refused a request (a RequestError, the
-    client's 4xx) is logged at DEBUG in one line, not as a failed handler at ERROR with its
-    traceback; what the request got is in its answer."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, RequestError) and error.status < 500:
-            what = record.getMessage()
-            record.msg, record.args = "%s: refused (%d %s)", (what, error.status, error.message)
-            record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
-            record.exc_info, record.exc_text = None, None
-        return True
-
-
-def quiet_refusals(logger: logging.Logger) -> None:
-    """Install RefusalsAreNotFailures on `logger`, once."""
-    if not any(isinstance(f, RefusalsAreNotFailures) for f in logger.filters):
-        logger.addFilter(RefusalsAreNotFailures())
+    @property
+    def is_refusal(self) -> bool:
+        """The client's error (4xx): the request is refused, nothing in the controller failed."""
+        return self.status < 500
 
 
 def storable(text: str) -> str:

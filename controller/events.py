@@ -24,6 +24,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from controller.errors import RequestError
 from controller.metrics import Metrics
 
 LOG = logging.getLogger(__name__)
@@ -357,8 +358,7 @@ class EventBus:
                         for slot in results:
                             slot.append(value)
                 except Exception as error:
-                    LOG.exception("%s handler %s failed", name, _name(handler.function))
-                    self._count_error(name)
+                    self._failed(name, handler.function, error)
                     for i in range(len(group)):
                         errors[i] = errors[i] or error
                 continue
@@ -368,8 +368,7 @@ class EventBus:
                     if value is not None:
                         results[i].append(value)
                 except Exception as error:
-                    LOG.exception("%s handler %s failed", name, _name(handler.function))
-                    self._count_error(name)
+                    self._failed(name, handler.function, error)
                     errors[i] = errors[i] or error
         if self.metrics is not None:
             self.metrics.events.labels(name).inc(len(group))
@@ -383,7 +382,13 @@ class EventBus:
             else:
                 item.future.set_result(tuple(results[i]))
 
-    def _count_error(self, name: str) -> None:
+    def _failed(self, name: str, function: Callable[..., Any], error: Exception) -> None:
+        """A handler raised. A request it refused (the client's 4xx, in the request's answer)
+        is one line at DEBUG; anything else is a failed handler, logged and counted."""
+        if isinstance(error, RequestError) and error.is_refusal:
+            LOG.debug("%s: refused (%d %s)", name, error.status, error.message)
+            return
+        LOG.error("%s handler %s failed", name, _name(function), exc_info=error)
         if self.metrics is not None:
             self.metrics.handler_errors.labels(name).inc()
 

@@ -71,7 +71,7 @@ class Metrics:
         )
         self.handler_errors = Counter(
             "opengate_handler_errors",
-            "Event handlers that raised, by event kind",
+            "Event handlers that failed, by event kind (a refused request is not counted)",
             ["kind"],
             registry=r,
         )

@@ -46,7 +46,7 @@ from controller.classifier import (
 from controller.classifier import summary as classifier_summary
 from controller.counters import NpmCounterCollector, NpmCounters, read_counters
 from controller.db import Database, DbWriter, policy_version_problem
-from controller.errors import RequestError, quiet_refusals
+from controller.errors import RequestError
 from controller.hsm.compile import CompiledTables, TableOverflow
 from controller.ipsec import IpsecReports, active_spm, ipsec_view, spm_config
 from controller.metrics import Metrics
@@ -137,7 +137,6 @@ class Controller:
         self.db = Database(options.db_url)
         self.db_writer = DbWriter()
         self.bus = ev.EventBus(self.metrics)
-        quiet_refusals(ev.LOG)  # a request a handler refuses is the client's error, not ours
         self.packet_ins = PacketInQueue(
             on_drop=lambda npm: self.metrics.packet_ins_dropped.labels(npm).inc(),
             wake=lambda: self.bus.publish(ev.PacketInsWaiting()),
@@ -548,15 +547,7 @@ class Controller:
 
     def _record_policy(self, policy: Policy, source: str) -> int:
         """The running version in the DB: one transaction (the one before superseded)."""
-        version = self.db.add_policy_version(
-            name=policy.name,
-            path=policy.path,
-            sha256=policy.sha256,
-            text=policy.text,
-            status="applied",
-            source=source,
-            summary=policy.summary(),
-        )
+        version = self._add_version(policy, source, "applied")
         self.policy_version = version
         self.pending_policy_record = False
         self.metrics.policy_version.set(version)
@@ -650,19 +641,24 @@ class Controller:
             return f"{running} on every NPM, as before"
         return f"{running}, but could not be written back to {', '.join(failed)}: reconciling"
 
+    def _add_version(
+        self, policy: Policy, source: str, status: str, error: str | None = None
+    ) -> int:
+        return self.db.add_policy_version(
+            name=policy.name,
+            path=policy.path,
+            sha256=policy.sha256,
+            text=policy.text,
+            status=status,
+            source=source,
+            summary=policy.summary(),
+            error=error,
+        )
+
     def _record_failed(self, policy: Policy, source: str, error: str) -> None:
         """The refused policy in the version history (best effort: the DB may be what failed)."""
         try:
-            self.db.add_policy_version(
-                name=policy.name,
-                path=policy.path,
-                sha256=policy.sha256,
-                text=policy.text,
-                status="failed",
-                source=source,
-                summary=policy.summary(),
-                error=error,
-            )
+            self._add_version(policy, source, "failed", error)
         except Exception as db_error:
             LOG.error("the refused policy is not in the version history: %s", db_error)
 

@@ -201,6 +201,9 @@ def test_refusals_are_logged_at_debug_without_a_traceback(
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
     refused = [r for r in caplog.records if "refused (404" in r.getMessage()]
     assert len(refused) == 3 and all(r.exc_info is None for r in refused)
+    metrics = api.get("/metrics").text.splitlines()
+    failed = [line for line in metrics if line.startswith("opengate_handler_errors_total")]
+    assert failed == [], failed  # a refusal is no failed handler
 
 
 def test_refusals_have_the_shape_and_codes_the_schema_declares(
