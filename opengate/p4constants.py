@@ -39,14 +39,18 @@ T_IDS_CLASSIFICATION = "ids_classification"  # id 0x02586fef
 T_IDS_NAIVE = "ids_naive"  # id 0x026e47ae
 T_IDS_PORT_PAIR = "ids_port_pair"  # id 0x028a3a81
 T_IDS_SPILL = "ids_spill"  # id 0x027bcc9f
+T_IPV6_ACL = "ipv6_acl"  # id 0x025e66a0
 T_NAT_DP_REVERSE = "nat_dp_reverse"  # id 0x0246eb20
+T_ND_RESPONDER = "nd_responder"  # id 0x02b0ae1e
 T_NPM_IDENTITY = "npm_identity"  # id 0x02fb2d36
 T_PORT_ROLE = "port_role"  # id 0x025bb45b
 T_PROTO_SEGMENT = "proto_segment"  # id 0x02e30e31
 T_ROUTER_MAC = "router_mac"  # id 0x02021334
 T_ROUTING = "routing"  # id 0x02c06dee
+T_ROUTING_V6 = "routing_v6"  # id 0x029a225f
 T_SA_SEGMENT = "sa_segment"  # id 0x02e5d20e
 T_SESSION = "session"  # id 0x0204b78b
+T_SESSION_V6 = "session_v6"  # id 0x0298cdb5
 T_SNAT_RULE = "snat_rule"  # id 0x028b4610
 T_SP_SEGMENT = "sp_segment"  # id 0x02bd2f44
 T_SPM_RETURN = "spm_return"  # id 0x0261c99a
@@ -62,18 +66,28 @@ A_ARP_REPLY = "arp_reply"  # id 0x019f6694
 A_DP_UNMASQUERADE = "dp_unmasquerade"  # id 0x01558173
 A_FORWARDED_REPLY = "forwarded_reply"  # id 0x017f3b9a
 A_INSPECT = "inspect"  # id 0x01246219
+A_IPV6_ACL_DENY = "ipv6_acl_deny"  # id 0x01b7239d
+A_IPV6_ACL_PERMIT = "ipv6_acl_permit"  # id 0x01592b73
+A_IPV6_ACL_TO_CPU = "ipv6_acl_to_cpu"  # id 0x01a496fe
 A_MASQUERADE = "masquerade"  # id 0x01f1f4e4
 A_MASQUERADE_DP = "masquerade_dp"  # id 0x017d32a5
+A_ND_ADVERTISE = "nd_advertise"  # id 0x01498a5a
+A_ND_IGNORE = "nd_ignore"  # id 0x01965fa4
 A_NO_INSPECTION = "no_inspection"  # id 0x019335e8
 A_NO_ROUTE = "no_route"  # id 0x01727650
+A_NO_ROUTE_V6 = "no_route_v6"  # id 0x01bd677e
 A_PORT_FORWARD = "port_forward"  # id 0x01281df9
 A_PORT_FORWARD_DP = "port_forward_dp"  # id 0x01fbce6f
 A_REJECT_UNKNOWN_TAG = "reject_unknown_tag"  # id 0x0102d70d
 A_RESUME_AFTER_SPM = "resume_after_spm"  # id 0x014b6011
 A_ROUTE_TO = "route_to"  # id 0x0139516c
+A_ROUTE_V6_TO = "route_v6_to"  # id 0x01f61f76
 A_SESSION_BLOCK = "session_block"  # id 0x015bac69
 A_SESSION_FORWARD = "session_forward"  # id 0x0106447b
 A_SESSION_MISS = "session_miss"  # id 0x01fe58e0
+A_SESSION_V6_BLOCK = "session_v6_block"  # id 0x019d4805
+A_SESSION_V6_FORWARD = "session_v6_forward"  # id 0x0116dcfd
+A_SESSION_V6_MISS = "session_v6_miss"  # id 0x012bda42
 A_SET_ACL2_ADDR_INDEX = "set_acl2_addr_index"  # id 0x01c351c8
 A_SET_ACL2_PORT_INDEX = "set_acl2_port_index"  # id 0x01654d20
 A_SET_ACL3_ADDR_INDEX = "set_acl3_addr_index"  # id 0x01d1f0b8
@@ -109,6 +123,7 @@ C_PORT_TX_COUNTER = "port_tx_counter"  # id 0x122b7d2b
 
 # Direct counters
 DC_SESSION_COUNTER = "session_counter"  # id 0x136cdc18
+DC_SESSION_V6_COUNTER = "session_v6_counter"  # id 0x13e7cbe2
 
 # Meters
 M_CLASS_METER = "class_meter"  # id 0x147baea0
@@ -121,6 +136,7 @@ AP_SPM_SELECTOR = "spm_selector"  # id 0x11fceb1b
 
 # Digests
 D_SESSION_CLOSE_T = "session_close_t"  # id 0x17dde835
+D_SESSION_CLOSE_V6_T = "session_close_v6_t"  # id 0x1767713d
 D_SESSION_REQUEST_T = "session_request_t"  # id 0x172b6140
 
 # Registers
@@ -168,14 +184,18 @@ MATCH_FIELDS: dict[str, tuple[str, ...]] = {
     "ids_naive": ("ipv4_src", "ipv4_dst", "l4_sport", "l4_dport", "ip_proto"),
     "ids_port_pair": ("version", "ids_sp_index", "ids_dp_index"),
     "ids_spill": ("version", "ipv4_src", "ipv4_dst", "l4_sport", "l4_dport", "ip_proto"),
+    "ipv6_acl": ("ipv6_src_hi", "ipv6_src_lo", "ipv6_dst_hi", "ipv6_dst_lo", "ip_proto", "l4_sport", "l4_dport", "icmpv6_type"),
     "nat_dp_reverse": ("ipv4_addr",),
+    "nd_responder": ("target_hi", "target_lo"),
     "npm_identity": (),
     "port_role": ("ingress_port",),
     "proto_segment": ("version", "ip_proto"),
     "router_mac": ("egress_port",),
     "routing": ("ipv4_dst",),
+    "routing_v6": ("ipv6_dst_hi", "ipv6_dst_lo"),
     "sa_segment": ("version", "ipv4_src"),
     "session": ("ipv4_src", "ipv4_dst", "ip_proto", "l4_sport", "l4_dport"),
+    "session_v6": ("ipv6_src_hi", "ipv6_src_lo", "ipv6_dst_hi", "ipv6_dst_lo", "ip_proto", "l4_sport", "l4_dport"),
     "snat_rule": ("egress_port", "ipv4_src"),
     "sp_segment": ("version", "l4_sport"),
     "spm_return": ("tag",),
@@ -191,18 +211,28 @@ ACTION_PARAMS: dict[str, tuple[str, ...]] = {
     "dp_unmasquerade": ("port_base",),
     "forwarded_reply": ("public_addr", "public_port"),
     "inspect": ("pool", "open_on_failure"),
+    "ipv6_acl_deny": ("rule",),
+    "ipv6_acl_permit": ("rule",),
+    "ipv6_acl_to_cpu": ("rule",),
     "masquerade": (),
     "masquerade_dp": ("address", "port_base"),
+    "nd_advertise": ("mac",),
+    "nd_ignore": (),
     "no_inspection": (),
     "no_route": (),
+    "no_route_v6": (),
     "port_forward": (),
     "port_forward_dp": ("to_addr", "to_port"),
     "reject_unknown_tag": (),
     "resume_after_spm": ("nat_done",),
     "route_to": ("port", "next_hop_mac"),
+    "route_v6_to": ("port", "next_hop_mac", "router_mac"),
     "session_block": (),
     "session_forward": ("class_id", "spm_port", "spm_mac", "nat_kind", "nat_addr", "nat_port", "nat_before_spm"),
     "session_miss": (),
+    "session_v6_block": (),
+    "session_v6_forward": (),
+    "session_v6_miss": (),
     "set_acl2_addr_index": ("index",),
     "set_acl2_port_index": ("index",),
     "set_acl3_addr_index": ("index",),
@@ -265,14 +295,18 @@ TABLE_SIZES: dict[str, int] = {
     "ids_naive": 16384,
     "ids_port_pair": 1048576,
     "ids_spill": 2048,
+    "ipv6_acl": 4096,
     "nat_dp_reverse": 1024,
+    "nd_responder": 256,
     "npm_identity": 1,
     "port_role": 512,
     "proto_segment": 256,
     "router_mac": 512,
     "routing": 4096,
+    "routing_v6": 4096,
     "sa_segment": 65536,
     "session": 262144,
+    "session_v6": 65536,
     "snat_rule": 1024,
     "sp_segment": 65536,
     "spm_return": 1024,
@@ -281,7 +315,7 @@ TABLE_SIZES: dict[str, int] = {
 # Declared meter sizes (cells) of the v1model build, per indirect meter.
 METER_SIZES: dict[str, int] = {
     "class_meter": 256,
-    "cpu_meter": 6,
+    "cpu_meter": 7,
     "cpu_source_meter": 4096,
     "new_flow_meter": 4096,
 }
@@ -305,9 +339,22 @@ PACKET_OUT_FIELDS = ("egress_port", "submit_to_ingress", "end_flow", "_pad",)
 ETHERTYPE_IPV4 = 0x800
 ETHERTYPE_ARP = 0x806
 ETHERTYPE_VLAN = 0x8100
+ETHERTYPE_IPV6 = 0x86dd
 IP_PROTO_ICMP = 1
 IP_PROTO_TCP = 6
 IP_PROTO_UDP = 17
+IP_PROTO_ICMPV6 = 58
+IPV6_EXT_HOP_BY_HOP = 0
+IPV6_EXT_ROUTING = 43
+IPV6_EXT_FRAGMENT = 44
+IPV6_EXT_DEST_OPTS = 60
+IPV6_NO_NEXT_HEADER = 59
+ICMPV6_ECHO_REQUEST = 128
+ICMPV6_ECHO_REPLY = 129
+ICMPV6_NEIGHBOR_SOLICIT = 135
+ICMPV6_NEIGHBOR_ADVERT = 136
+ND_OPT_SOURCE_LL_ADDR = 1
+ND_OPT_TARGET_LL_ADDR = 2
 ICMP_ECHO_REPLY = 0
 ICMP_ECHO_REQUEST = 8
 ICMP_DEST_UNREACHABLE = 3
@@ -347,13 +394,16 @@ DROP_NO_SPM = 17
 DROP_CPU_SOURCE_METER = 18
 DROP_NEW_FLOW_RATE = 19
 DROP_CPU_CONTROL = 20
-DROP_REASON_COUNT = 21
+DROP_BAD_IPV6_HEADER = 21
+DROP_IPV6_EXT_HEADERS = 22
+DROP_REASON_COUNT = 23
 CPU_REASON_SESSION_NAT = 1
 CPU_REASON_ACL = 2
 CPU_REASON_TTL_EXPIRED = 3
 CPU_REASON_NO_ROUTE = 4
 CPU_REASON_SESSION_COLLISION = 5
-CPU_REASON_COUNT = 6
+CPU_REASON_SESSION_V6 = 6
+CPU_REASON_COUNT = 7
 ACL_DENY = 0
 ACL_PERMIT = 1
 ACL_TO_CPU = 2
@@ -391,8 +441,8 @@ METER_GREEN = 0
 METER_YELLOW = 1
 METER_RED = 2
 
-DROP_NAMES: dict[int, str] = {0: "NONE", 1: "TRUNCATED", 2: "BAD_CHECKSUM", 3: "BAD_IPV4_HEADER", 4: "TTL_EXPIRED", 5: "TAG_SPOOF", 6: "UNKNOWN_TAG", 7: "NO_SESSION", 8: "ACL_DENY", 9: "NO_ROUTE", 10: "SESSION_BLOCKED", 11: "CLASS_METER", 12: "CPU_METER", 13: "UNKNOWN_PORT", 14: "UNSUPPORTED", 15: "NAT_NO_SESSION", 16: "CPU_LOOP", 17: "NO_SPM", 18: "CPU_SOURCE_METER", 19: "NEW_FLOW_RATE", 20: "CPU_CONTROL"}
-CPU_REASON_NAMES: dict[int, str] = {1: "SESSION_NAT", 2: "ACL", 3: "TTL_EXPIRED", 4: "NO_ROUTE", 5: "SESSION_COLLISION"}
+DROP_NAMES: dict[int, str] = {0: "NONE", 1: "TRUNCATED", 2: "BAD_CHECKSUM", 3: "BAD_IPV4_HEADER", 4: "TTL_EXPIRED", 5: "TAG_SPOOF", 6: "UNKNOWN_TAG", 7: "NO_SESSION", 8: "ACL_DENY", 9: "NO_ROUTE", 10: "SESSION_BLOCKED", 11: "CLASS_METER", 12: "CPU_METER", 13: "UNKNOWN_PORT", 14: "UNSUPPORTED", 15: "NAT_NO_SESSION", 16: "CPU_LOOP", 17: "NO_SPM", 18: "CPU_SOURCE_METER", 19: "NEW_FLOW_RATE", 20: "CPU_CONTROL", 21: "BAD_IPV6_HEADER", 22: "IPV6_EXT_HEADERS"}
+CPU_REASON_NAMES: dict[int, str] = {1: "SESSION_NAT", 2: "ACL", 3: "TTL_EXPIRED", 4: "NO_ROUTE", 5: "SESSION_COLLISION", 6: "SESSION_V6"}
 ROLE_NAMES: dict[int, str] = {0: "UNKNOWN", 1: "INSIDE", 2: "OUTSIDE", 3: "SPM", 4: "CPU"}
 ACL_NAMES: dict[int, str] = {0: "DENY", 1: "PERMIT", 2: "TO_CPU"}
 NAT_NAMES: dict[int, str] = {0: "NONE", 1: "REWRITE_SRC", 2: "REWRITE_DST"}

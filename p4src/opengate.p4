@@ -24,6 +24,21 @@ control V1VerifyChecksum(inout headers_t hdr, inout local_metadata_t meta) {
             hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl,
             hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4_options.options
         }, hdr.ipv4.hdr_checksum, HashAlgorithm.csum16);
+        // A neighbour solicitation the responder may answer (RFC 4861 section 7.1.1: a valid
+        // ICMPv6 checksum), without and with its link-layer address option.
+        verify_checksum(meta.nd_solicit == 1 && !hdr.nd_option.isValid(), {
+            hdr.ipv6.src_hi, hdr.ipv6.src_lo, hdr.ipv6.dst_hi, hdr.ipv6.dst_lo,
+            16w0, hdr.ipv6.payload_len, 24w0, IP_PROTO_ICMPV6,
+            hdr.icmp.icmp_type, hdr.icmp.code, hdr.icmp.identifier, hdr.icmp.seq_no,
+            hdr.nd_target.target_hi, hdr.nd_target.target_lo
+        }, hdr.icmp.checksum, HashAlgorithm.csum16);
+        verify_checksum(meta.nd_solicit == 1 && hdr.nd_option.isValid(), {
+            hdr.ipv6.src_hi, hdr.ipv6.src_lo, hdr.ipv6.dst_hi, hdr.ipv6.dst_lo,
+            16w0, hdr.ipv6.payload_len, 24w0, IP_PROTO_ICMPV6,
+            hdr.icmp.icmp_type, hdr.icmp.code, hdr.icmp.identifier, hdr.icmp.seq_no,
+            hdr.nd_target.target_hi, hdr.nd_target.target_lo,
+            hdr.nd_option.opt_type, hdr.nd_option.opt_len, hdr.nd_option.mac
+        }, hdr.icmp.checksum, HashAlgorithm.csum16);
     }
 }
 
@@ -54,7 +69,12 @@ control V1Ingress(inout headers_t hdr, inout local_metadata_t meta,
                 });
             }
         }
-        if (meta.send_session_close == 1) {
+        if (meta.send_session_close == 1 && hdr.ipv6.isValid()) {
+            digest<session_close_v6_t>(3, {
+                hdr.ipv6.src_hi, hdr.ipv6.src_lo, hdr.ipv6.dst_hi, hdr.ipv6.dst_lo,
+                meta.l4_proto, meta.l4_sport, meta.l4_dport, meta.tcp_flags
+            });
+        } else if (meta.send_session_close == 1) {
             digest<session_close_t>(2, {
                 meta.key_src, meta.key_dst, hdr.ipv4.protocol,
                 meta.key_sport, meta.key_dport, meta.tcp_flags
@@ -80,6 +100,14 @@ control V1ComputeChecksum(inout headers_t hdr, inout local_metadata_t meta) {
             hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl,
             hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4_options.options
         }, hdr.ipv4.hdr_checksum, HashAlgorithm.csum16);
+        // The neighbour advertisement the responder made of a solicitation.
+        update_checksum(meta.nd_reply == 1, {
+            hdr.ipv6.src_hi, hdr.ipv6.src_lo, hdr.ipv6.dst_hi, hdr.ipv6.dst_lo,
+            16w0, hdr.ipv6.payload_len, 24w0, IP_PROTO_ICMPV6,
+            hdr.icmp.icmp_type, hdr.icmp.code, hdr.icmp.identifier, hdr.icmp.seq_no,
+            hdr.nd_target.target_hi, hdr.nd_target.target_lo,
+            hdr.nd_option.opt_type, hdr.nd_option.opt_len, hdr.nd_option.mac
+        }, hdr.icmp.checksum, HashAlgorithm.csum16);
     }
 }
 
@@ -91,9 +119,21 @@ control V1Deparser(packet_out pkt, in headers_t hdr) {
         pkt.emit(hdr.arp);
         pkt.emit(hdr.ipv4);
         pkt.emit(hdr.ipv4_options);
+        pkt.emit(hdr.ipv6);
+        pkt.emit(hdr.ipv6_hop_by_hop);
+        pkt.emit(hdr.ipv6_hop_by_hop_rest);
+        pkt.emit(hdr.ipv6_dest_opts);
+        pkt.emit(hdr.ipv6_dest_opts_rest);
+        pkt.emit(hdr.ipv6_routing);
+        pkt.emit(hdr.ipv6_routing_rest);
+        pkt.emit(hdr.ipv6_fragment);
+        pkt.emit(hdr.ipv6_dest_opts2);
+        pkt.emit(hdr.ipv6_dest_opts2_rest);
         pkt.emit(hdr.tcp);
         pkt.emit(hdr.udp);
         pkt.emit(hdr.icmp);
+        pkt.emit(hdr.nd_target);
+        pkt.emit(hdr.nd_option);
         pkt.emit(hdr.quoted_ipv4);
         pkt.emit(hdr.quoted_l4);
     }

@@ -54,6 +54,9 @@ TIMER_TICK_SECONDS = 0.02
 
 
 # ---------------------------------------------------------------------------- the service
+# The largest gRPC message the server takes or sends (PI's pi_server.cpp: 256 MiB).
+MAX_MESSAGE_BYTES = 256 << 20
+
 class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
     def __init__(self, switch: Switch, engine: str | None = None) -> None:
         self.switch = switch
@@ -729,7 +732,13 @@ class P4RuntimeServer:
             futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="p4rt"),
             # The port is this switch's alone: with SO_REUSEPORT (gRPC's default on Linux) a
             # second switch on a port in use would start and share it with the first.
-            options=[("grpc.so_reuseport", 0)],
+            # A pipeline config is the whole BMv2 JSON (over gRPC's 4 MiB default for the
+            # default build): PI's server takes up to 256 MiB, and so does this one.
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ],
         )
         _add_service(self.service, self.server)
         try:

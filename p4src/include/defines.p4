@@ -4,6 +4,9 @@
 
 typedef bit<48> mac_addr_t;
 typedef bit<32> ipv4_addr_t;
+// An IPv6 address as two 64-bit halves (hi: bits 127..64): the built-in switch's native path holds
+// a field in 64 bits, Tofino's PHV in 32-bit containers; tables match both halves.
+typedef bit<64> ipv6_half_t;
 typedef bit<16> l4_port_t;
 typedef bit<9>  port_id_t;          // v1model and Tofino both use 9-bit port numbers
 typedef bit<16> seg_index_t;        // HSM segment index (one per field, per rule set)
@@ -23,10 +26,27 @@ typedef bit<32> flow_ticks_t;       // data-plane time in ticks of FLOW_TICK_US 
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_ARP  = 0x0806;
 const bit<16> ETHERTYPE_VLAN = 0x8100;
+const bit<16> ETHERTYPE_IPV6 = 0x86dd;
 
 const bit<8> IP_PROTO_ICMP = 1;
 const bit<8> IP_PROTO_TCP  = 6;
 const bit<8> IP_PROTO_UDP  = 17;
+const bit<8> IP_PROTO_ICMPV6 = 58;
+
+// IPv6 extension headers the parser walks (RFC 8200 section 4.1 order), and "no next header".
+const bit<8> IPV6_EXT_HOP_BY_HOP = 0;
+const bit<8> IPV6_EXT_ROUTING    = 43;
+const bit<8> IPV6_EXT_FRAGMENT   = 44;
+const bit<8> IPV6_EXT_DEST_OPTS  = 60;
+const bit<8> IPV6_NO_NEXT_HEADER = 59;
+
+// ICMPv6 (RFC 4443, RFC 4861).
+const bit<8> ICMPV6_ECHO_REQUEST = 128;
+const bit<8> ICMPV6_ECHO_REPLY   = 129;
+const bit<8> ICMPV6_NEIGHBOR_SOLICIT = 135;
+const bit<8> ICMPV6_NEIGHBOR_ADVERT  = 136;
+const bit<8> ND_OPT_SOURCE_LL_ADDR = 1;
+const bit<8> ND_OPT_TARGET_LL_ADDR = 2;
 
 const bit<8> ICMP_ECHO_REPLY   = 0;
 const bit<8> ICMP_ECHO_REQUEST = 8;
@@ -80,7 +100,9 @@ const drop_reason_t DROP_NO_SPM          = 17;  // the class needs inspection, n
 const drop_reason_t DROP_CPU_SOURCE_METER = 18; // this source's share of the path to the CPU is used up
 const drop_reason_t DROP_NEW_FLOW_RATE   = 19;  // this source opens new flows faster than the policy allows
 const drop_reason_t DROP_CPU_CONTROL     = 20;  // a control packet of the CPM, used up here (a flow ended)
-const bit<32> DROP_REASON_COUNT = 21;
+const drop_reason_t DROP_BAD_IPV6_HEADER = 21;  // version != 6, multicast source
+const drop_reason_t DROP_IPV6_EXT_HEADERS = 22; // an extension header chain the parser does not walk
+const bit<32> DROP_REASON_COUNT = 23;
 
 // Why a packet goes to the controller (packet_in.reason).
 const cpu_reason_t CPU_REASON_SESSION_NAT = 1;  // opening packet of a session that needs NAT
@@ -88,7 +110,8 @@ const cpu_reason_t CPU_REASON_ACL         = 2;  // an ACL rule says to-CPU
 const cpu_reason_t CPU_REASON_TTL_EXPIRED = 3;  // from an inside host, its TTL runs out here
 const cpu_reason_t CPU_REASON_NO_ROUTE    = 4;  // from an inside host, no route takes it
 const cpu_reason_t CPU_REASON_SESSION_COLLISION = 5;  // opening packet, no NAT, both slots held
-const bit<32> CPU_REASON_COUNT = 6;
+const cpu_reason_t CPU_REASON_SESSION_V6  = 6;  // opening packet of a permitted IPv6 flow
+const bit<32> CPU_REASON_COUNT = 7;
 
 // ACL verdicts.
 const acl_verdict_t ACL_DENY   = 0;

@@ -109,6 +109,57 @@ header quoted_l4_h {
     bit<16>   word3;      // UDP: checksum; echo: sequence number
 }
 
+#ifdef OG_IPV6
+// IPv6 (RFC 8200), addresses in halves (ipv6_half_t).
+header ipv6_h {
+    bit<4>      version;
+    bit<8>      traffic_class;
+    bit<20>     flow_label;
+    bit<16>     payload_len;
+    bit<8>      next_hdr;
+    bit<8>      hop_limit;
+    ipv6_half_t src_hi;
+    ipv6_half_t src_lo;
+    ipv6_half_t dst_hi;
+    ipv6_half_t dst_lo;
+}
+
+// An options or routing extension header's first 8 bytes (hop-by-hop, routing, destination
+// options: next header, length in 8-byte units after the first 8)...
+header ipv6_ext_h {
+    bit<8>  next_hdr;
+    bit<8>  hdr_ext_len;
+    bit<48> data;
+}
+
+// ...and the rest, when hdr_ext_len > 0 (the parser walks headers up to 256 bytes: 31 units).
+header ipv6_ext_rest_h {
+    varbit<1984> data;
+}
+
+header ipv6_frag_h {
+    bit<8>  next_hdr;
+    bit<8>  reserved;
+    bit<13> frag_offset;
+    bit<2>  res;
+    bit<1>  more;
+    bit<32> identification;
+}
+
+// What follows an ICMPv6 neighbour solicitation's first 8 bytes (in icmp): the target...
+header nd_target_h {
+    ipv6_half_t target_hi;
+    ipv6_half_t target_lo;
+}
+
+// ...and a link-layer address option (RFC 4861 section 4.6.1).
+header nd_lla_option_h {
+    bit<8>     opt_type;
+    bit<8>     opt_len;
+    mac_addr_t mac;
+}
+#endif
+
 struct headers_t {
     packet_out_h   packet_out;
     packet_in_h    packet_in;
@@ -117,9 +168,25 @@ struct headers_t {
     arp_h          arp;
     ipv4_h         ipv4;
     ipv4_options_h ipv4_options;
+#ifdef OG_IPV6
+    ipv6_h          ipv6;
+    ipv6_ext_h      ipv6_hop_by_hop;
+    ipv6_ext_rest_h ipv6_hop_by_hop_rest;
+    ipv6_ext_h      ipv6_dest_opts;     // before a routing header
+    ipv6_ext_rest_h ipv6_dest_opts_rest;
+    ipv6_ext_h      ipv6_routing;
+    ipv6_ext_rest_h ipv6_routing_rest;
+    ipv6_frag_h     ipv6_fragment;
+    ipv6_ext_h      ipv6_dest_opts2;    // for the final destination
+    ipv6_ext_rest_h ipv6_dest_opts2_rest;
+#endif
     tcp_h          tcp;
     udp_h          udp;
     icmp_h         icmp;
+#ifdef OG_IPV6
+    nd_target_h     nd_target;
+    nd_lla_option_h nd_option;
+#endif
 #ifdef OG_ICMP_RELATED
     ipv4_h         quoted_ipv4;   // what an ICMP error quotes (RFC 792: header + 8 bytes)
     quoted_l4_h    quoted_l4;
@@ -162,6 +229,20 @@ struct session_close_t {
 
 // The flow key the session lookups use (see local_metadata_t's flow_*): without related ICMP
 // errors, the packet's own headers.
+#ifdef OG_IPV6
+// An IPv6 session's FIN or RST (the CPM ends the session), as session_close_t.
+struct session_close_v6_t {
+    ipv6_half_t ipv6_src_hi;
+    ipv6_half_t ipv6_src_lo;
+    ipv6_half_t ipv6_dst_hi;
+    ipv6_half_t ipv6_dst_lo;
+    bit<8>      ip_proto;
+    l4_port_t   l4_sport;
+    l4_port_t   l4_dport;
+    bit<8>      tcp_flags;
+}
+#endif
+
 #ifdef OG_ICMP_RELATED
 #define FLOW_SRC   meta.flow_src
 #define FLOW_DST   meta.flow_dst
@@ -438,6 +519,15 @@ struct local_metadata_t {
     bool          ipv4_checksum_ok;
     bit<16>       l4_residual;
     bit<1>        l4_checksum_update;
+#ifdef OG_IPV6
+    bit<8>        l4_proto;          // IPv6: the upper-layer protocol after the extension headers
+    bit<1>        ipv6_chain_bad;    // the parser stopped at an extension header it does not walk
+    bit<1>        ipv6_later_fragment; // a fragment after the first (no upper-layer header)
+    bit<1>        ipv6_plain;        // no extension headers
+    bit<1>        nd_solicit;        // a neighbour solicitation the responder can answer (shape)
+    bit<1>        nd_reply;          // ...answered: the shell recomputes the ICMPv6 checksum
+    bit<8>        icmpv6_type;       // the ICMPv6 type (0 for other protocols), an ACL key
+#endif
 }
 
 #endif

@@ -46,6 +46,9 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
             ETHERTYPE_VLAN: parse_vlan;
             ETHERTYPE_IPV4: parse_ipv4;
             ETHERTYPE_ARP: parse_arp;
+#ifdef OG_IPV6
+            ETHERTYPE_IPV6: parse_ipv6;
+#endif
             default: accept;
         }
     }
@@ -55,6 +58,9 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
         transition select(hdr.vlan.ether_type) {
             ETHERTYPE_IPV4: parse_ipv4;
             ETHERTYPE_ARP: parse_arp;
+#ifdef OG_IPV6
+            ETHERTYPE_IPV6: parse_ipv6;
+#endif
             default: accept;
         }
     }
@@ -162,6 +168,227 @@ parser OgPacketParser(packet_in pkt, out headers_t hdr, inout local_metadata_t m
         pkt.extract(hdr.icmp);
         transition accept;
     }
+
+#ifdef OG_IPV6
+    // IPv6 and its extension headers in RFC 8200's order (section 4.1): hop-by-hop, destination
+    // options, routing, fragment, destination options, then the upper-layer header. A header out
+    // of that order, repeated, or longer than 256 bytes stops the walk (ipv6_chain_bad: dropped
+    // and counted, RFC 9098 lets a router drop what it cannot parse); so does a first fragment
+    // whose chain ends before the upper-layer header (a parser error: truncated, RFC 7112). A
+    // later fragment carries no ports: the walk stops at its fragment header. meta.l4_proto is
+    // the upper-layer protocol (or the header the walk stopped at).
+    state parse_ipv6 {
+        pkt.extract(hdr.ipv6);
+        meta.l4_proto = hdr.ipv6.next_hdr;
+        meta.ipv6_plain = 1;
+        transition select(hdr.ipv6.next_hdr) {
+            IPV6_EXT_HOP_BY_HOP: parse_ipv6_hop_by_hop;
+            IPV6_EXT_DEST_OPTS: parse_ipv6_dest_opts;
+            IPV6_EXT_ROUTING: parse_ipv6_routing;
+            IPV6_EXT_FRAGMENT: parse_ipv6_fragment;
+            IP_PROTO_TCP: parse_tcp;
+            IP_PROTO_UDP: parse_udp;
+            IP_PROTO_ICMPV6: parse_icmpv6_plain;
+            default: accept;
+        }
+    }
+
+    state parse_ipv6_hop_by_hop {
+        pkt.extract(hdr.ipv6_hop_by_hop);
+        meta.ipv6_plain = 0;
+        meta.l4_proto = hdr.ipv6_hop_by_hop.next_hdr;
+        transition select(hdr.ipv6_hop_by_hop.hdr_ext_len) {
+            0: after_ipv6_hop_by_hop;
+            1 .. 31: parse_ipv6_hop_by_hop_rest;
+            default: ipv6_chain_bad;
+        }
+    }
+
+    state parse_ipv6_hop_by_hop_rest {
+        pkt.extract(hdr.ipv6_hop_by_hop_rest,
+                    (bit<32>)(((bit<16>)hdr.ipv6_hop_by_hop.hdr_ext_len) << 6));
+        transition after_ipv6_hop_by_hop;
+    }
+
+    state after_ipv6_hop_by_hop {
+        transition select(hdr.ipv6_hop_by_hop.next_hdr) {
+            IPV6_EXT_DEST_OPTS: parse_ipv6_dest_opts;
+            IPV6_EXT_ROUTING: parse_ipv6_routing;
+            IPV6_EXT_FRAGMENT: parse_ipv6_fragment;
+            IPV6_EXT_HOP_BY_HOP: ipv6_chain_bad;
+            IP_PROTO_TCP: parse_tcp;
+            IP_PROTO_UDP: parse_udp;
+            IP_PROTO_ICMPV6: parse_icmpv6;
+            default: accept;
+        }
+    }
+
+    state parse_ipv6_dest_opts {
+        pkt.extract(hdr.ipv6_dest_opts);
+        meta.ipv6_plain = 0;
+        meta.l4_proto = hdr.ipv6_dest_opts.next_hdr;
+        transition select(hdr.ipv6_dest_opts.hdr_ext_len) {
+            0: after_ipv6_dest_opts;
+            1 .. 31: parse_ipv6_dest_opts_rest;
+            default: ipv6_chain_bad;
+        }
+    }
+
+    state parse_ipv6_dest_opts_rest {
+        pkt.extract(hdr.ipv6_dest_opts_rest,
+                    (bit<32>)(((bit<16>)hdr.ipv6_dest_opts.hdr_ext_len) << 6));
+        transition after_ipv6_dest_opts;
+    }
+
+    // Destination options before a routing header; otherwise they are the last ones (RFC 8200),
+    // and what follows them is the upper layer.
+    state after_ipv6_dest_opts {
+        transition select(hdr.ipv6_dest_opts.next_hdr) {
+            IPV6_EXT_ROUTING: parse_ipv6_routing;
+            IPV6_EXT_FRAGMENT: parse_ipv6_fragment;
+            IPV6_EXT_HOP_BY_HOP: ipv6_chain_bad;
+            IPV6_EXT_DEST_OPTS: ipv6_chain_bad;
+            IP_PROTO_TCP: parse_tcp;
+            IP_PROTO_UDP: parse_udp;
+            IP_PROTO_ICMPV6: parse_icmpv6;
+            default: accept;
+        }
+    }
+
+    state parse_ipv6_routing {
+        pkt.extract(hdr.ipv6_routing);
+        meta.ipv6_plain = 0;
+        meta.l4_proto = hdr.ipv6_routing.next_hdr;
+        transition select(hdr.ipv6_routing.hdr_ext_len) {
+            0: after_ipv6_routing;
+            1 .. 31: parse_ipv6_routing_rest;
+            default: ipv6_chain_bad;
+        }
+    }
+
+    state parse_ipv6_routing_rest {
+        pkt.extract(hdr.ipv6_routing_rest,
+                    (bit<32>)(((bit<16>)hdr.ipv6_routing.hdr_ext_len) << 6));
+        transition after_ipv6_routing;
+    }
+
+    state after_ipv6_routing {
+        transition select(hdr.ipv6_routing.next_hdr) {
+            IPV6_EXT_FRAGMENT: parse_ipv6_fragment;
+            IPV6_EXT_DEST_OPTS: parse_ipv6_dest_opts2;
+            IPV6_EXT_HOP_BY_HOP: ipv6_chain_bad;
+            IPV6_EXT_ROUTING: ipv6_chain_bad;
+            IP_PROTO_TCP: parse_tcp;
+            IP_PROTO_UDP: parse_udp;
+            IP_PROTO_ICMPV6: parse_icmpv6;
+            default: accept;
+        }
+    }
+
+    state parse_ipv6_fragment {
+        pkt.extract(hdr.ipv6_fragment);
+        meta.ipv6_plain = 0;
+        meta.l4_proto = hdr.ipv6_fragment.next_hdr;
+        transition select(hdr.ipv6_fragment.frag_offset) {
+            0: after_ipv6_fragment;
+            default: ipv6_later_fragment;
+        }
+    }
+
+    state ipv6_later_fragment {
+        meta.ipv6_later_fragment = 1;
+        transition accept;
+    }
+
+    state after_ipv6_fragment {
+        transition select(hdr.ipv6_fragment.next_hdr) {
+            IPV6_EXT_DEST_OPTS: parse_ipv6_dest_opts2;
+            IPV6_EXT_HOP_BY_HOP: ipv6_chain_bad;
+            IPV6_EXT_ROUTING: ipv6_chain_bad;
+            IPV6_EXT_FRAGMENT: ipv6_chain_bad;
+            IP_PROTO_TCP: parse_tcp;
+            IP_PROTO_UDP: parse_udp;
+            IP_PROTO_ICMPV6: parse_icmpv6;
+            default: accept;
+        }
+    }
+
+    state parse_ipv6_dest_opts2 {
+        pkt.extract(hdr.ipv6_dest_opts2);
+        meta.l4_proto = hdr.ipv6_dest_opts2.next_hdr;
+        transition select(hdr.ipv6_dest_opts2.hdr_ext_len) {
+            0: after_ipv6_dest_opts2;
+            1 .. 31: parse_ipv6_dest_opts2_rest;
+            default: ipv6_chain_bad;
+        }
+    }
+
+    state parse_ipv6_dest_opts2_rest {
+        pkt.extract(hdr.ipv6_dest_opts2_rest,
+                    (bit<32>)(((bit<16>)hdr.ipv6_dest_opts2.hdr_ext_len) << 6));
+        transition after_ipv6_dest_opts2;
+    }
+
+    state after_ipv6_dest_opts2 {
+        transition select(hdr.ipv6_dest_opts2.next_hdr) {
+            IPV6_EXT_HOP_BY_HOP: ipv6_chain_bad;
+            IPV6_EXT_DEST_OPTS: ipv6_chain_bad;
+            IPV6_EXT_ROUTING: ipv6_chain_bad;
+            IPV6_EXT_FRAGMENT: ipv6_chain_bad;
+            IP_PROTO_TCP: parse_tcp;
+            IP_PROTO_UDP: parse_udp;
+            IP_PROTO_ICMPV6: parse_icmpv6;
+            default: accept;
+        }
+    }
+
+    state ipv6_chain_bad {
+        meta.ipv6_chain_bad = 1;
+        transition accept;
+    }
+
+    // ICMPv6 right after the IPv6 header: a neighbour solicitation is read whole if it has the
+    // shape the responder answers (RFC 4861 section 4.3: 24 bytes, or 32 with a source
+    // link-layer address option).
+    state parse_icmpv6_plain {
+        transition select(pkt.lookahead<bit<8>>(), hdr.ipv6.payload_len) {
+            (ICMPV6_NEIGHBOR_SOLICIT, 24): parse_neighbor_solicit;
+            (ICMPV6_NEIGHBOR_SOLICIT, 32): parse_neighbor_solicit_option;
+            default: parse_icmpv6;
+        }
+    }
+
+    state parse_neighbor_solicit {
+        pkt.extract(hdr.icmp);
+        pkt.extract(hdr.nd_target);
+        meta.nd_solicit = 1;
+        transition accept;
+    }
+
+    state parse_neighbor_solicit_option {
+        pkt.extract(hdr.icmp);
+        pkt.extract(hdr.nd_target);
+        transition select(pkt.lookahead<bit<16>>()) {
+            0x0101: parse_nd_source_option;   // type 1, length 1 (8 bytes)
+            default: accept;
+        }
+    }
+
+    state parse_nd_source_option {
+        pkt.extract(hdr.nd_option);
+        meta.nd_solicit = 1;
+        transition accept;
+    }
+
+    // Echo sessions as ICMP's: the identifier is the requester's port.
+    state parse_icmpv6 {
+        transition select(pkt.lookahead<bit<8>>()) {
+            ICMPV6_ECHO_REQUEST: parse_icmp_echo_request;
+            ICMPV6_ECHO_REPLY: parse_icmp_echo_reply;
+            default: parse_icmp_other;
+        }
+    }
+#endif
 
 #ifdef OG_ICMP_RELATED
     // An error quotes the IPv4 header and the first 8 bytes of the packet it is about (RFC 792;

@@ -16,6 +16,9 @@
 #include "arch/tna_flow_slots.p4"
 #endif
 #include "control/session_setup.p4"
+#ifdef OG_IPV6
+#include "control/ipv6.p4"
+#endif
 #include "control/steering.p4"
 #include "control/metering.p4"
 #include "control/accounting.p4"
@@ -45,6 +48,9 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
     Metering() metering;
     DropDecision() drop_decision;
     IngressAccounting() accounting;
+#ifdef OG_IPV6
+    Ipv6Pipeline() ipv6;
+#endif
 
     // Each step records why it would drop the packet in its own field; DropDecision makes the
     // verdict at the end. The lookups keyed on the packet as it arrived (classification, SPM
@@ -191,6 +197,11 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
                 }
                 forwarding.apply(hdr, meta);
             }
+#ifdef OG_IPV6
+            else if (hdr.ipv6.isValid()) {
+                ipv6.apply(hdr, meta);
+            }
+#endif
             metering.apply(hdr, meta);
             drop_decision.apply(hdr, meta);
         }

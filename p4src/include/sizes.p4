@@ -59,5 +59,9 @@
 #define CPU_SOURCE_METERS         4096
 #define NEW_FLOW_METERS           4096
 #define NAT_DP_SLOTS              16384
+#define ND_TABLE_SIZE             256
+#define SESSION_V6_TABLE_SIZE     65536
+#define IPV6_ACL_TABLE_SIZE       4096
+#define ROUTE_V6_TABLE_SIZE       4096
 
 #endif

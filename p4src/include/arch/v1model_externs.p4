@@ -28,6 +28,10 @@
 // packet too. Built on the data-plane sessions' slots, so only where they are.
 #define OG_ICMP_RELATED
 
+// IPv6 (control/ipv6.p4): parsed, firewalled and routed on v1model; the TNA shell does not
+// define it until bf-p4c has placed it (docs/limitations.md).
+#define OG_IPV6
+
 // HSM spill tables (Classify): the rules the compiler keeps out of the cross products, in two
 // small priority ternary tables looked up beside them; and the second and third ACL partitions.
 #define OG_HSM_SPILL

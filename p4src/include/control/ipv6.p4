@@ -1,0 +1,288 @@
+// IPv6 (v1model builds, OG_IPV6): neighbour discovery for the gateway's own addresses, stateful
+// firewalling by sessions the CPM installs, routing, and the packets the CPM answers (hop limit
+// run out, no route, a ping of the gateway). docs/explanation/ipv6.md walks through it.
+//
+// A flow opens by its first packet (a TCP SYN, any UDP datagram, an ICMPv6 echo request) that the
+// ACL permits: it goes to the CPM (CPU_REASON_SESSION_V6), which installs the session's two exact
+// entries (original and reply direction) in session_v6 and sends the packet back through the
+// pipeline, where it now hits. Every later packet of either direction hits session_v6; a TCP
+// packet of no session is dropped (DROP_NO_SESSION), so an inbound connection that no rule
+// permits never reaches an inside host (RFC 6092). ICMPv6 errors and other protocols the ACL
+// permits are forwarded without a session.
+#ifndef OPENGATE_CONTROL_IPV6_P4
+#define OPENGATE_CONTROL_IPV6_P4
+
+// ff02::1:ff00:0/104, the solicited-node multicast prefix (RFC 4291 section 2.7.1), as the
+// destination's high half and the top 40 bits of its low half.
+const ipv6_half_t SOLICITED_NODE_HI = 0xff02000000000000;
+const bit<40>     SOLICITED_NODE_LO = 0x00000001ff;
+const ipv6_half_t ALL_NODES_HI = 0xff02000000000000;
+const ipv6_half_t ALL_NODES_LO = 0x0000000000000001;
+const mac_addr_t  ALL_NODES_MAC = 0x333300000001;
+
+control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
+    @name(".nd_advertise")
+    action nd_advertise(mac_addr_t mac) {
+        meta.router_mac = mac;
+        meta.nd_reply = 1;
+    }
+
+    @name(".nd_ignore")
+    action nd_ignore() {
+        meta.drop_arp = DROP_UNSUPPORTED;
+    }
+
+    // The gateway's own IPv6 addresses (and each port's link-local one) and the MAC it answers
+    // a neighbour solicitation for them with.
+    @name(".nd_responder")
+    table nd_responder {
+        key = {
+            hdr.nd_target.target_hi : exact @name("target_hi");
+            hdr.nd_target.target_lo : exact @name("target_lo");
+        }
+        actions = { nd_advertise; @defaultonly nd_ignore; }
+        const default_action = nd_ignore();
+        size = ND_TABLE_SIZE;
+    }
+
+    @name(".session_v6_counter")
+    OG_DIRECT_COUNTER(session_v6_counter);
+
+    @name(".session_v6_forward")
+    action session_v6_forward() {
+        meta.session_hit = 1;
+        OG_DIRECT_COUNT(session_v6_counter);
+    }
+
+    @name(".session_v6_block")
+    action session_v6_block() {
+        meta.session_hit = 1;
+        meta.drop_session = DROP_SESSION_BLOCKED;
+        OG_DIRECT_COUNT(session_v6_counter);
+    }
+
+    @name(".session_v6_miss")
+    action session_v6_miss() {
+        meta.session_hit = 0;
+    }
+
+    // One exact entry per direction, keyed on the packet as it arrives.
+    @name(".session_v6")
+    table session_v6 {
+        key = {
+            hdr.ipv6.src_hi : exact @name("ipv6_src_hi");
+            hdr.ipv6.src_lo : exact @name("ipv6_src_lo");
+            hdr.ipv6.dst_hi : exact @name("ipv6_dst_hi");
+            hdr.ipv6.dst_lo : exact @name("ipv6_dst_lo");
+            meta.l4_proto   : exact @name("ip_proto");
+            meta.l4_sport   : exact @name("l4_sport");
+            meta.l4_dport   : exact @name("l4_dport");
+        }
+        actions = {
+            session_v6_forward;
+            session_v6_block;
+            @defaultonly session_v6_miss;
+        }
+        const default_action = session_v6_miss();
+        counters = session_v6_counter;
+        OG_SESSION_IDLE_TIMEOUT;
+        size = SESSION_V6_TABLE_SIZE;
+    }
+
+    @name(".ipv6_acl_permit")
+    action ipv6_acl_permit(rule_id_t rule) {
+        meta.acl_verdict = ACL_PERMIT;
+        meta.acl_rule = rule;
+    }
+
+    @name(".ipv6_acl_deny")
+    action ipv6_acl_deny(rule_id_t rule) {
+        meta.acl_verdict = ACL_DENY;
+        meta.acl_rule = rule;
+    }
+
+    @name(".ipv6_acl_to_cpu")
+    action ipv6_acl_to_cpu(rule_id_t rule) {
+        meta.acl_verdict = ACL_TO_CPU;
+        meta.acl_rule = rule;
+    }
+
+    // The policy's ACL rules that apply to IPv6, first match by priority (a TCAM on hardware);
+    // the default entry is the policy's default verdict. ICMPv6 rules may name the type.
+    @name(".ipv6_acl")
+    table ipv6_acl {
+        key = {
+            hdr.ipv6.src_hi  : ternary @name("ipv6_src_hi");
+            hdr.ipv6.src_lo  : ternary @name("ipv6_src_lo");
+            hdr.ipv6.dst_hi  : ternary @name("ipv6_dst_hi");
+            hdr.ipv6.dst_lo  : ternary @name("ipv6_dst_lo");
+            meta.l4_proto    : ternary @name("ip_proto");
+            meta.l4_sport    : range @name("l4_sport");
+            meta.l4_dport    : range @name("l4_dport");
+            meta.icmpv6_type : ternary @name("icmpv6_type");
+        }
+        actions = { ipv6_acl_permit; ipv6_acl_deny; ipv6_acl_to_cpu; }
+        default_action = ipv6_acl_deny(RULE_NONE);
+        size = IPV6_ACL_TABLE_SIZE;
+    }
+
+    @name(".route_v6_to")
+    action route_v6_to(port_id_t port, mac_addr_t next_hop_mac, mac_addr_t router_mac) {
+        meta.egress_port = port;
+        meta.next_hop_mac = next_hop_mac;
+        meta.router_mac = router_mac;
+        meta.routed = 1;
+    }
+
+    @name(".no_route_v6")
+    action no_route_v6() {
+        meta.routed = 0;
+        meta.route_drop = DROP_NO_ROUTE;
+    }
+
+    // Longest prefix first: a /n route is a ternary entry on the two halves with priority n + 1
+    // (the CPM writes it so), as one LPM key cannot span two fields.
+    @name(".routing_v6")
+    table routing_v6 {
+        key = {
+            hdr.ipv6.dst_hi : ternary @name("ipv6_dst_hi");
+            hdr.ipv6.dst_lo : ternary @name("ipv6_dst_lo");
+        }
+        actions = { route_v6_to; @defaultonly no_route_v6; }
+        const default_action = no_route_v6();
+        size = ROUTE_V6_TABLE_SIZE;
+    }
+
+    apply {
+        if (hdr.icmp.isValid()) {
+            meta.icmpv6_type = hdr.icmp.icmp_type;
+        }
+        bool unspecified_src = hdr.ipv6.src_hi == 0 && hdr.ipv6.src_lo == 0;
+        bool multicast_dst = hdr.ipv6.dst_hi[63:56] == 0xff;
+        if (meta.nd_solicit == 1) {
+            // RFC 4861 section 7.1.1: hop limit 255, code 0, a unicast target; to the target or
+            // its solicited-node group; from the unspecified address (duplicate address
+            // detection) only to the group and without a link-layer address option.
+            bool to_group = hdr.ipv6.dst_hi == SOLICITED_NODE_HI
+                && hdr.ipv6.dst_lo[63:24] == SOLICITED_NODE_LO
+                && hdr.ipv6.dst_lo[23:0] == hdr.nd_target.target_lo[23:0];
+            bool to_target = hdr.ipv6.dst_hi == hdr.nd_target.target_hi
+                && hdr.ipv6.dst_lo == hdr.nd_target.target_lo;
+            if (meta.checksum_error == 1) {
+                meta.drop_arp = DROP_BAD_CHECKSUM;
+            } else if (hdr.ipv6.hop_limit != 255 || hdr.icmp.code != 0
+                    || hdr.nd_target.target_hi[63:56] == 0xff
+                    || !(to_group || to_target)
+                    || (unspecified_src && (!to_group || hdr.nd_option.isValid()))) {
+                meta.drop_arp = DROP_UNSUPPORTED;
+            } else {
+                nd_responder.apply();
+            }
+            if (meta.nd_reply == 1) {
+                // The advertisement (RFC 4861 section 7.2.4): router, override, and solicited
+                // unless it answers duplicate address detection, which goes to all nodes.
+                if (unspecified_src) {
+                    hdr.ipv6.dst_hi = ALL_NODES_HI;
+                    hdr.ipv6.dst_lo = ALL_NODES_LO;
+                    hdr.ethernet.dst_addr = ALL_NODES_MAC;
+                    hdr.icmp.identifier = 0xa000;
+                } else {
+                    hdr.ipv6.dst_hi = hdr.ipv6.src_hi;
+                    hdr.ipv6.dst_lo = hdr.ipv6.src_lo;
+                    hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+                    hdr.icmp.identifier = 0xe000;
+                }
+                hdr.ipv6.src_hi = hdr.nd_target.target_hi;
+                hdr.ipv6.src_lo = hdr.nd_target.target_lo;
+                hdr.ipv6.hop_limit = 255;
+                hdr.ipv6.payload_len = 32;
+                hdr.icmp.icmp_type = ICMPV6_NEIGHBOR_ADVERT;
+                hdr.icmp.seq_no = 0;
+                hdr.nd_option.setValid();
+                hdr.nd_option.opt_type = ND_OPT_TARGET_LL_ADDR;
+                hdr.nd_option.opt_len = 1;
+                hdr.nd_option.mac = meta.router_mac;
+                hdr.ethernet.src_addr = meta.router_mac;
+                meta.egress_port = meta.ingress_port;
+            }
+        } else if (multicast_dst || hdr.ipv6.dst_hi[63:54] == 0x3fa
+                || hdr.ipv6.src_hi[63:54] == 0x3fa) {
+            // Multicast (MLD, router solicitations...) and link-local traffic stays on its link
+            // (RFC 4291 section 2.5.6): the gateway neither forwards nor answers it.
+            meta.drop_arp = DROP_UNSUPPORTED;
+        } else {
+            // From an inside host, a hop limit that runs out here: to the CPM as it arrived,
+            // which answers with a time exceeded (traceroute), before any filter.
+            if (hdr.ipv6.hop_limit[7:1] == 0 && hdr.ethernet.dst_addr[40:40] == 0) {
+                meta.last_hop = 1;
+            }
+            if (og_expires_here(meta)) {
+                meta.expires_here = 1;
+                meta.to_cpu = 1;
+                meta.cpu_reason = CPU_REASON_TTL_EXPIRED;
+            }
+            if (meta.expires_here == 0 && og_session_lookup(meta)) {
+                session_v6.apply();
+            }
+            if (meta.expires_here == 0 && meta.session_hit == 0) {
+                ipv6_acl.apply();
+            }
+            if (hdr.ipv6.hop_limit[7:1] == 0) {
+                meta.route_drop = DROP_TTL_EXPIRED;
+            }
+            routing_v6.apply();
+            bool opening = (hdr.tcp.isValid()
+                    && (hdr.tcp.flags & (TCP_FLAG_SYN | TCP_FLAG_ACK | TCP_FLAG_RST | TCP_FLAG_FIN))
+                        == TCP_FLAG_SYN)
+                || hdr.udp.isValid()
+                || (hdr.icmp.isValid() && hdr.icmp.icmp_type == ICMPV6_ECHO_REQUEST);
+            bool needs_session = hdr.tcp.isValid()
+                || (hdr.icmp.isValid() && hdr.icmp.icmp_type == ICMPV6_ECHO_REPLY);
+            if (meta.expires_here == 1) {
+                // To the CPM (above).
+            } else if (og_admitted(meta) && meta.port_role == ROLE_INSIDE && meta.routed == 0
+                    && meta.drop_session == 0
+                    && (meta.session_hit == 1 || meta.acl_verdict == ACL_PERMIT)
+                    && hdr.ethernet.dst_addr[40:40] == 0) {
+                // Permitted, from inside, and no route takes it (or it is for the gateway):
+                // the CPM answers (destination unreachable, or an echo reply).
+                meta.to_cpu = 1;
+                meta.cpu_reason = CPU_REASON_NO_ROUTE;
+            } else if (meta.session_hit == 1) {
+                meta.drop_fwd = meta.route_drop;
+            } else if (meta.acl_verdict == ACL_DENY) {
+                meta.drop_setup = DROP_ACL_DENY;
+            } else if (meta.acl_verdict == ACL_TO_CPU) {
+                meta.to_cpu = 1;
+                meta.cpu_reason = CPU_REASON_ACL;
+            } else if (meta.route_drop != 0) {
+                meta.drop_fwd = meta.route_drop;
+            } else if (opening) {
+                meta.to_cpu = 1;
+                meta.cpu_reason = CPU_REASON_SESSION_V6;
+            } else if (needs_session) {
+                meta.drop_setup = DROP_NO_SESSION;
+            }
+            if (meta.to_cpu == 1 && meta.port_role == ROLE_CPU) {
+                // Sent by the CPM and bound for it again (its session was not installed).
+                meta.to_cpu = 0;
+                meta.drop_setup = DROP_CPU_LOOP;
+            }
+            if (meta.session_hit == 1 && hdr.tcp.isValid()
+                    && (hdr.tcp.flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) != 0) {
+                meta.send_session_close = 1;
+            }
+            if (meta.to_cpu == 1) {
+                meta.egress_port = CPU_PORT;
+            } else if (meta.routed == 1 && hdr.ipv6.hop_limit[7:1] != 0) {
+                hdr.ipv6.hop_limit = hdr.ipv6.hop_limit - 1;
+                hdr.ethernet.dst_addr = meta.next_hop_mac;
+                if (meta.router_mac != 0) {
+                    hdr.ethernet.src_addr = meta.router_mac;
+                }
+            }
+        }
+    }
+}
+
+#endif
