@@ -91,6 +91,23 @@ V1MODEL_ONLY = {
             ("A_SET", "PORT_INDEX"),
         )
     ),
+    # IPv6 (control/ipv6.p4, OG_IPV6): not in the TNA shell until bf-p4c has placed it
+    pc.T_ND_RESPONDER,
+    pc.A_ND_ADVERTISE,
+    pc.A_ND_IGNORE,
+    pc.T_SESSION_V6,
+    pc.A_SESSION_V6_FORWARD,
+    pc.A_SESSION_V6_BLOCK,
+    pc.A_SESSION_V6_MISS,
+    pc.DC_SESSION_V6_COUNTER,
+    pc.T_IPV6_ACL,
+    pc.A_IPV6_ACL_PERMIT,
+    pc.A_IPV6_ACL_DENY,
+    pc.A_IPV6_ACL_TO_CPU,
+    pc.T_ROUTING_V6,
+    pc.A_ROUTE_V6_TO,
+    pc.A_NO_ROUTE_V6,
+    pc.D_SESSION_CLOSE_V6_T,
 }
 V1MODEL_ONLY_PARAMS = {f"acl{n}_index" for n in range(2, 7)}
 TOFINO2_HAS = {pc.T_ACL_SPILL}

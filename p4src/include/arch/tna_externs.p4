@@ -58,6 +58,9 @@
 #define OG_REGISTER(type, name, size) Register<type, bit<32>>((bit<32>)(size)) name
 // ICMP errors related to a session need the slots above; on Tofino they meet the ACL alone.
 #undef OG_ICMP_RELATED
+
+// IPv6 (control/ipv6.p4): v1model only until bf-p4c places it on Tofino (docs/limitations.md).
+#undef OG_IPV6
 // The hybrid's ACL spill table (Classify), on Tofino 2: HSM's rules plus up to 256 spilled ones per
 // bank. On Tofino 1 it and its merge need a thirteenth stage (docs/explanation/tofino.md,
 // "Table sizes"). The IDS spill table and the second and third ACL partitions are v1model's alone (the
