@@ -8,7 +8,7 @@ from __future__ import annotations
 import ipaddress
 
 from opengate import p4constants as pc
-from opengate.entries import Exact, MatchValue, TableEntry
+from opengate.entries import Exact, MatchValue, Range, TableEntry, Ternary
 
 INSIDE, OUTSIDE, SPM_A, SPM_B = 1, 2, 3, 4
 
@@ -21,6 +21,12 @@ HOST_IN = "10.0.1.10"
 HOST_OUT = "198.51.100.20"
 GW_OUT_IP = "203.0.113.1"  # the gateway's outside (masquerade) address
 GW_IN_IP = "10.0.1.1"
+
+# IPv6 (documentation prefixes): inside 2001:db8:1::/64, outside 2001:db8:2::/64.
+HOST6_IN = "2001:db8:1::10"
+HOST6_OUT = "2001:db8:2::20"
+GW6_IN = "2001:db8:1::1"
+GW6_OUT = "2001:db8:2::1"
 
 TAG_BASE = 0x0100
 POOL = 7
@@ -85,3 +91,95 @@ def session_entry(
         "nat_before_spm": nat_before_spm,
     }
     return TableEntry.make(pc.T_SESSION, match, pc.A_SESSION_FORWARD, params)
+
+
+HALF = (1 << 64) - 1
+
+
+def halves(text: str) -> tuple[int, int]:
+    """An IPv6 address as the P4 program holds it: (bits 127..64, bits 63..0)."""
+    value = int(ipaddress.IPv6Address(text))
+    return value >> 64, value & HALF
+
+
+def prefix_match(text: str, hi_name: str, lo_name: str) -> dict[str, MatchValue]:
+    """An IPv6 prefix as ternary matches on the two halves (a half the prefix does not reach
+    is left out: P4Runtime's don't-care)."""
+    net = ipaddress.IPv6Network(text)
+    value, mask = int(net.network_address), int(net.netmask)
+    out: dict[str, MatchValue] = {}
+    if mask >> 64:
+        out[hi_name] = Ternary(value >> 64, mask >> 64)
+    if mask & HALF:
+        out[lo_name] = Ternary(value & HALF, mask & HALF)
+    return out
+
+
+def session_v6_entry(
+    src: str, dst: str, proto: int, sport: int, dport: int, *, block: bool = False
+) -> TableEntry:
+    """One direction of an IPv6 session, as the controller writes it."""
+    src_hi, src_lo = halves(src)
+    dst_hi, dst_lo = halves(dst)
+    match: dict[str, MatchValue] = {
+        "ipv6_src_hi": Exact(src_hi),
+        "ipv6_src_lo": Exact(src_lo),
+        "ipv6_dst_hi": Exact(dst_hi),
+        "ipv6_dst_lo": Exact(dst_lo),
+        "ip_proto": Exact(proto),
+        "l4_sport": Exact(sport),
+        "l4_dport": Exact(dport),
+    }
+    action = pc.A_SESSION_V6_BLOCK if block else pc.A_SESSION_V6_FORWARD
+    return TableEntry.make(pc.T_SESSION_V6, match, action)
+
+
+def route_v6_entry(prefix: str, port: int, next_hop_mac: str, router_mac: str) -> TableEntry:
+    """A route: the prefix on both halves, longer prefixes first (priority = length + 1)."""
+    return TableEntry.make(
+        pc.T_ROUTING_V6,
+        prefix_match(prefix, "ipv6_dst_hi", "ipv6_dst_lo"),
+        pc.A_ROUTE_V6_TO,
+        {"port": port, "next_hop_mac": mac(next_hop_mac), "router_mac": mac(router_mac)},
+        priority=ipaddress.IPv6Network(prefix).prefixlen + 1,
+    )
+
+
+def nd_entry(address: str, router_mac: str) -> TableEntry:
+    """The gateway answers neighbour solicitations for `address` with `router_mac`."""
+    hi, lo = halves(address)
+    return TableEntry.make(
+        pc.T_ND_RESPONDER,
+        {"target_hi": Exact(hi), "target_lo": Exact(lo)},
+        pc.A_ND_ADVERTISE,
+        {"mac": mac(router_mac)},
+    )
+
+
+def ipv6_acl_entry(
+    priority: int,
+    action: str,
+    rule: int,
+    *,
+    src: str | None = None,
+    dst: str | None = None,
+    proto: int | None = None,
+    sport: tuple[int, int] | None = None,
+    dport: tuple[int, int] | None = None,
+    icmpv6_type: int | None = None,
+) -> TableEntry:
+    """An ipv6_acl rule; a field left None is a wildcard."""
+    match: dict[str, MatchValue] = {}
+    if src is not None:
+        match.update(prefix_match(src, "ipv6_src_hi", "ipv6_src_lo"))
+    if dst is not None:
+        match.update(prefix_match(dst, "ipv6_dst_hi", "ipv6_dst_lo"))
+    if proto is not None:
+        match["ip_proto"] = Ternary(proto, 0xFF)
+    if sport is not None:
+        match["l4_sport"] = Range(*sport)
+    if dport is not None:
+        match["l4_dport"] = Range(*dport)
+    if icmpv6_type is not None:
+        match["icmpv6_type"] = Ternary(icmpv6_type, 0xFF)
+    return TableEntry.make(pc.T_IPV6_ACL, match, action, {"rule": rule}, priority=priority)

@@ -34,7 +34,19 @@ from typing import Any
 import pytest
 from finsy.proto import p4r, rpc_code
 from scapy.layers.inet import ICMP, IP, TCP, UDP
-from scapy.layers.inet6 import IPv6
+from scapy.layers.inet6 import (
+    ICMPv6EchoReply,
+    ICMPv6EchoRequest,
+    ICMPv6ND_NS,
+    ICMPv6NDOptSrcLLAddr,
+    ICMPv6PacketTooBig,
+    IPv6,
+    IPv6ExtHdrDestOpt,
+    IPv6ExtHdrFragment,
+    IPv6ExtHdrHopByHop,
+    IPv6ExtHdrRouting,
+    PadN,
+)
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.packet import Packet, Raw
 
@@ -46,9 +58,13 @@ from opengate.p4rt import P4RuntimeClient, P4RuntimeError, entity_of
 from opengate.switch import running_switch
 from opengate.target import BMV2_BINARY, TargetError, p4_build_dir, repo_root, select_target
 from opengate.testbed import (
+    GW6_IN,
+    GW6_OUT,
     GW_IN_IP,
     GW_MAC,
     GW_OUT_IP,
+    HOST6_IN,
+    HOST6_OUT,
     HOST_IN,
     HOST_IN_MAC,
     HOST_OUT,
@@ -61,9 +77,13 @@ from opengate.testbed import (
     SPM_MAC,
     TAG_BASE,
     ip,
+    ipv6_acl_entry,
     mac,
+    nd_entry,
+    route_v6_entry,
     segment_params,
     session_entry,
+    session_v6_entry,
     tag_mac,
 )
 from softswitch.ports import open_port, received_frames
@@ -172,6 +192,17 @@ def gateway_entries() -> list[TableEntry]:
             is_default=True,
         )
     )
+    # IPv6: the gateway's addresses, the two LANs, an ACL permitting the inside LAN out and
+    # packet too big in (as PTF's test_ipv6).
+    out += [nd_entry(GW6_IN, GW_MAC[INSIDE]), nd_entry(GW6_OUT, GW_MAC[OUTSIDE])]
+    out += [
+        route_v6_entry("2001:db8:1::/64", INSIDE, HOST_IN_MAC, GW_MAC[INSIDE]),
+        route_v6_entry("2001:db8:2::/64", OUTSIDE, HOST_OUT_MAC, GW_MAC[OUTSIDE]),
+        route_v6_entry(HOST6_OUT + "/128", OUTSIDE, "00:00:00:00:02:99", GW_MAC[OUTSIDE]),
+        ipv6_acl_entry(20, pc.A_IPV6_ACL_PERMIT, 3, proto=58, icmpv6_type=2),
+        ipv6_acl_entry(10, pc.A_IPV6_ACL_PERMIT, 7, src="2001:db8:1::/64"),
+        ipv6_acl_entry(5, pc.A_IPV6_ACL_TO_CPU, 8, src="2001:db8:2::/64", proto=17, dport=(53, 53)),
+    ]
     return out
 
 
@@ -299,6 +330,11 @@ def session_entries() -> list[TableEntry]:
         ),
         session(HOST_OUT, GW_OUT_IP, 6, 50000, 8080, nat_kind=dst, nat_addr=HOST_IN, nat_port=80),
         session(HOST_IN, HOST_OUT, 6, 40003, 80, block=True),
+        session_v6_entry(HOST6_IN, HOST6_OUT, 6, 40000, 80),
+        session_v6_entry(HOST6_OUT, HOST6_IN, 6, 80, 40000),
+        session_v6_entry(HOST6_IN, HOST6_OUT, 58, 0x77, 0),
+        session_v6_entry(HOST6_OUT, HOST6_IN, 58, 0, 0x77),
+        session_v6_entry(HOST6_IN, HOST6_OUT, 6, 40003, 80, block=True),
     ]
 
 
@@ -323,7 +359,7 @@ Stimulus = Frame | PacketOut
 # a digest record (port DIGEST, no frame, the digest's name and its members by name).
 Output = tuple[int, bytes, tuple[tuple[str, int], ...]]
 DIGEST = -1
-DIGESTS = (pc.D_SESSION_REQUEST_T, pc.D_SESSION_CLOSE_T)
+DIGESTS = (pc.D_SESSION_REQUEST_T, pc.D_SESSION_CLOSE_T, pc.D_SESSION_CLOSE_V6_T)
 
 
 def tcp(
@@ -370,6 +406,122 @@ def from_outside(packet: Packet) -> Packet:
     packet[Ether].src = HOST_OUT_MAC
     packet[Ether].dst = GW_MAC[OUTSIDE]
     return packet
+
+
+def tcp6(
+    src: str = HOST6_IN,
+    dst: str = HOST6_OUT,
+    sport: int = 40000,
+    dport: int = 80,
+    flags: str = "A",
+    hlim: int = 64,
+    ext: Packet | None = None,
+    payload: bytes = b"",
+) -> bytes:
+    """An IPv6 TCP frame into the inside port (from the outside if `src` is outside)."""
+    outside = src.startswith("2001:db8:2:")
+    ip6 = IPv6(src=src, dst=dst, hlim=hlim, fl=0x12345)
+    if ext is not None:
+        ip6 = ip6 / ext
+    eth = Ether(
+        src=HOST_OUT_MAC if outside else HOST_IN_MAC, dst=GW_MAC[OUTSIDE if outside else INSIDE]
+    )
+    return bytes(eth / ip6 / TCP(sport=sport, dport=dport, flags=flags, seq=1000) / payload)
+
+
+def ipv6_stimuli() -> list[Stimulus]:
+    """One stimulus per behaviour of control/ipv6.p4 (and of PTF's test_ipv6)."""
+    get = b"GET / HTTP/1.0\r\n\r\n"
+    eth_in = Ether(src=HOST_IN_MAC, dst=GW_MAC[INSIDE])
+    eth_out = Ether(src=HOST_OUT_MAC, dst=GW_MAC[OUTSIDE])
+    ns = Ether(src=HOST_IN_MAC, dst="33:33:ff:00:00:01") / IPv6(
+        src=HOST6_IN, dst="ff02::1:ff00:1", hlim=255
+    )
+    chain = (
+        IPv6ExtHdrHopByHop(options=[PadN(optdata=b"\x00" * 4)])
+        / IPv6ExtHdrDestOpt()
+        / IPv6ExtHdrRouting(type=4, segleft=0)
+        / IPv6ExtHdrFragment(offset=0, m=1, id=9)
+        / IPv6ExtHdrDestOpt()
+    )
+    quoted = bytes(IPv6(src=HOST6_IN, dst=HOST6_OUT) / TCP(sport=40000, dport=80))
+    return [
+        Frame(
+            INSIDE, bytes(ns / ICMPv6ND_NS(tgt=GW6_IN) / ICMPv6NDOptSrcLLAddr(lladdr=HOST_IN_MAC))
+        ),
+        Frame(INSIDE, bytes(ns / ICMPv6ND_NS(tgt=GW6_IN))),  # no option
+        Frame(
+            INSIDE,
+            bytes(
+                Ether(src=HOST_IN_MAC, dst="33:33:ff:00:00:01")
+                / IPv6(src="::", dst="ff02::1:ff00:1", hlim=255)
+                / ICMPv6ND_NS(tgt=GW6_IN)
+            ),
+        ),  # duplicate address detection
+        Frame(INSIDE, bytes(ns / ICMPv6ND_NS(tgt="2001:db8:1::99"))),  # not the gateway's
+        Frame(
+            OUTSIDE,
+            bytes(
+                Ether(src=HOST_OUT_MAC, dst=GW_MAC[OUTSIDE])
+                / IPv6(src=HOST6_OUT, dst=GW6_OUT, hlim=255)
+                / ICMPv6ND_NS(tgt=GW6_OUT)
+            ),
+        ),  # unicast
+        Frame(INSIDE, tcp6(flags="PA", payload=get)),  # session hit, /128 route
+        Frame(OUTSIDE, tcp6(HOST6_OUT, HOST6_IN, 80, 40000, "A")),  # its reply
+        Frame(INSIDE, tcp6(sport=40003)),  # blocked
+        Frame(INSIDE, tcp6(flags="FA")),  # session-close digest
+        Frame(INSIDE, tcp6(ext=chain, payload=get)),  # extension headers walked
+        Frame(INSIDE, tcp6(ext=IPv6ExtHdrDestOpt() / IPv6ExtHdrHopByHop())),  # out of order
+        Frame(INSIDE, tcp6(ext=IPv6ExtHdrHopByHop(options=[PadN(optdata=b"\x00" * 130)] * 2))),
+        Frame(
+            INSIDE,
+            bytes(
+                eth_in
+                / IPv6(src=HOST6_IN, dst=HOST6_OUT, nh=44)
+                / IPv6ExtHdrFragment(nh=6, offset=3, id=9)
+                / Raw(b"z" * 16)
+            ),
+        ),  # later fragment
+        Frame(INSIDE, tcp6(sport=45001, flags="S")),  # opening: to the CPM
+        Frame(
+            INSIDE, bytes(eth_in / IPv6(src=HOST6_IN, dst=HOST6_OUT) / UDP(sport=1, dport=2) / b"u")
+        ),
+        Frame(
+            INSIDE,
+            bytes(eth_in / IPv6(src=HOST6_IN, dst=HOST6_OUT) / ICMPv6EchoRequest(id=0x77, seq=1)),
+        ),  # echo of a session
+        Frame(
+            OUTSIDE,
+            bytes(eth_out / IPv6(src=HOST6_OUT, dst=HOST6_IN) / ICMPv6EchoReply(id=0x77, seq=1)),
+        ),
+        Frame(
+            OUTSIDE,
+            bytes(eth_out / IPv6(src=HOST6_OUT, dst=HOST6_IN) / ICMPv6EchoReply(id=0x78, seq=1)),
+        ),  # no session
+        Frame(OUTSIDE, tcp6(HOST6_OUT, HOST6_IN, 80, 45000, "S")),  # unsolicited: ACL deny
+        Frame(OUTSIDE, tcp6(HOST6_OUT, HOST6_IN, 53, 45000, "A")),  # no session
+        Frame(
+            OUTSIDE,
+            bytes(eth_out / IPv6(src=HOST6_OUT, dst=HOST6_IN) / UDP(sport=9, dport=53) / b"q"),
+        ),  # ACL to the CPU
+        Frame(
+            OUTSIDE,
+            bytes(
+                eth_out / IPv6(src=HOST6_OUT, dst=HOST6_IN) / ICMPv6PacketTooBig(mtu=1280) / quoted
+            ),
+        ),
+        Frame(INSIDE, tcp6(flags="PA", hlim=1)),  # hop limit runs out: to the CPM
+        Frame(OUTSIDE, tcp6(HOST6_OUT, HOST6_IN, 80, 40000, "A", hlim=1)),
+        Frame(INSIDE, tcp6(dst="2001:db8:77::1", sport=45002, flags="S")),  # no route
+        Frame(INSIDE, tcp6(src="ff0e::1")),  # multicast source
+        Frame(INSIDE, tcp6(dst="ff02::16")),  # multicast
+        Frame(INSIDE, tcp6(src="fe80::1")),  # link-local source
+        Frame(INSIDE, tcp6(flags="PA")[: 14 + 30]),  # truncated IPv6 header
+        Frame(INSIDE, tcp6(flags="PA") + b"\x00" * 8),  # trailing bytes
+        PacketOut(tcp6(sport=45001, flags="S"), 0, submit_to_ingress=1),  # CPU loop
+        PacketOut(tcp6(flags="PA", payload=get), 0, submit_to_ingress=1),  # session hit
+    ]
 
 
 def well_formed() -> list[Stimulus]:
@@ -512,6 +664,7 @@ def well_formed() -> list[Stimulus]:
         PacketOut(bytes(tcp(flags="PA", payload=b"from the CPU")), OUTSIDE),
         PacketOut(bytes(tcp(sport=45005, flags="S")), 0, submit_to_ingress=1),  # still no session
         PacketOut(bytes(tcp(flags="PA", payload=get)), 0, submit_to_ingress=1),  # session hit
+        *ipv6_stimuli(),
     ]
     return f
 
