@@ -39,7 +39,8 @@ def wait_for_port(
                 f"process {process.args!r} exited with {process.returncode} "
                 f"before listening on {host}:{port}"
             )
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
             sock.settimeout(0.2)
             if sock.connect_ex((host, port)) == 0:
                 return

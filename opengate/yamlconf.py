@@ -294,6 +294,20 @@ def as_ipv4_interface(value: Any) -> ipaddress.IPv4Interface:
         raise ValueError(f"not an IPv4 address/prefix: {value!r}") from None
 
 
+def as_ipv6(value: Any) -> ipaddress.IPv6Address:
+    try:
+        return ipaddress.IPv6Address(as_str(value))
+    except ipaddress.AddressValueError:
+        raise ValueError(f"not an IPv6 address: {value!r}") from None
+
+
+def as_ipv6_interface(value: Any) -> ipaddress.IPv6Interface:
+    try:
+        return ipaddress.IPv6Interface(as_str(value))
+    except (ipaddress.AddressValueError, ipaddress.NetmaskValueError):
+        raise ValueError(f"not an IPv6 address/prefix: {value!r}") from None
+
+
 def one_of(*choices: str) -> Callable[[Any], str]:
     def convert(value: Any) -> str:
         if value not in choices:

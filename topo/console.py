@@ -148,9 +148,22 @@ class GatewayCLI(CLI):  # type: ignore[misc]
         except KeyError:
             return ""
 
-    def _ping(self, hosts: list[Any], timeout: str) -> None:
-        """Mininet's ping matrix (one ping per pair), and a note when outside hosts got no reply
-        from inside addresses, as the gateway intends."""
+    def _ip6(self, host: Any) -> str | None:
+        """The host's IPv6 address from the topology (None: IPv6 is off on it)."""
+        try:
+            spec = self.network.spec.host(host.name)
+        except KeyError:
+            return None
+        return str(spec.ip6.ip) if spec.ip6 is not None else None
+
+    def _ping(self, hosts: list[Any], timeout: str, family: int = 4) -> None:
+        """Mininet's ping matrix (one ping per pair) over IPv4 or IPv6, and a note when outside
+        hosts got no reply from inside addresses, as the gateway intends."""
+        if family == 6:
+            hosts = [h for h in hosts if self._ip6(h)]
+            if len(hosts) < 2:
+                return
+            output("*** Ping: IPv6\n")
         sent = received = 0
         expected_losses = 0
         for source in hosts:
@@ -158,7 +171,8 @@ class GatewayCLI(CLI):  # type: ignore[misc]
             for dest in hosts:
                 if dest is source:
                     continue
-                reply = source.cmd(f"ping -c1 -W {timeout} {dest.IP()}")
+                target = self._ip6(dest) if family == 6 else dest.IP()
+                reply = source.cmd(f"ping -{family} -c1 -W {timeout} {target}")
                 count, answered = Mininet._parsePing(reply)
                 sent += count
                 received += answered
@@ -172,14 +186,19 @@ class GatewayCLI(CLI):  # type: ignore[misc]
                 f"*** Results: {100 * (sent - received) // sent}% dropped "
                 f"({received}/{sent} received)\n"
             )
-        if expected_losses:
+        if expected_losses and family == 4:
             output(
                 "*** outside hosts do not reach inside addresses: the gateway masquerades them "
                 "(port forwards aside)\n"
             )
+        elif expected_losses:
+            output(
+                "*** outside hosts do not reach inside IPv6 addresses: the gateway admits "
+                "inbound IPv6 only for flows opened from inside (RFC 6092)\n"
+            )
 
     def do_pingall(self, line: str) -> None:
-        """Ping between all hosts that have an IP address.
+        """Ping between all hosts that have an IP address, over IPv4 and then IPv6.
         Usage: pingall [TIMEOUT]  (seconds per ping, default 2)"""
         timeout = line.strip() or PING_TIMEOUT
         try:
@@ -189,6 +208,7 @@ class GatewayCLI(CLI):  # type: ignore[misc]
             return
         output("*** Ping: testing ping reachability\n")
         self._ping(self._addressed(self.mn.hosts), timeout)
+        self._ping(self._addressed(self.mn.hosts, say=False), timeout, family=6)
 
     def do_pingpair(self, _line: str) -> None:
         """Ping between the first two hosts that have an IP address."""

@@ -16,6 +16,8 @@ from opengate.yamlconf import (
     as_int,
     as_ipv4,
     as_ipv4_interface,
+    as_ipv6,
+    as_ipv6_interface,
     as_mac,
     as_str,
     load_yaml,
@@ -49,6 +51,8 @@ class HostSpec:
     lan: str | None = None
     ip: ipaddress.IPv4Interface | None = None
     gateway: ipaddress.IPv4Address | None = None
+    ip6: ipaddress.IPv6Interface | None = None  # None: IPv6 is off on the host
+    gateway6: ipaddress.IPv6Address | None = None
     npm_port: int | None = None
     services: tuple[str, ...] = ()
 
@@ -132,6 +136,8 @@ def load_topology(path: str | Path, root: Path | None = None) -> TopologySpec:
             lan=item.get("lan", as_str, required=role not in SPM_ROLES),
             ip=item.get("ip", as_ipv4_interface, required=role not in SPM_ROLES),
             gateway=item.get("gateway", as_ipv4, required=False),
+            ip6=item.get("ip6", as_ipv6_interface, required=False),
+            gateway6=item.get("gateway6", as_ipv6, required=False),
             npm_port=item.get("npm_port", as_int, required=False),
             services=item.get("services", _services, default=()),
         )

@@ -36,7 +36,7 @@ from opengate.target import (
     select_target,
     shared_data_dir,
 )
-from topo.model import TopologySpec, spm_engine
+from topo.model import HostSpec, TopologySpec, spm_engine
 from topo.nodes import LanBridge, NetnsHost, P4Npm
 
 LOG = logging.getLogger(__name__)
@@ -425,8 +425,8 @@ class GatewayNetwork:
         net.build()
         for host in self.spec.hosts:
             node = net.get(host.name)
-            node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
             node.setMAC(host.mac, node.defaultIntf())
+            self._configure_ipv6(node, host)
             # veths hand partial checksums to whoever reads them raw (the P4 switch): the hosts
             # must compute them in software, or NAT's incremental updates start from garbage.
             node.cmd(f"ethtool -K {node.defaultIntf()} tx off rx off tso off gso off gro off")
@@ -438,6 +438,27 @@ class GatewayNetwork:
         self._start_spms()
         self._start_services()
         self._wait_npms_synced()
+
+    @staticmethod
+    def _configure_ipv6(node: Any, host: HostSpec) -> None:
+        """IPv6 on a host that has an address (static, as its IPv4 one), off on the others. No
+        duplicate address detection (the address is usable at once: no tentative state to wait
+        for), no router advertisements taken (routes are static), no router solicitations."""
+        if host.ip6 is None:
+            node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
+            return
+        intf = node.defaultIntf()
+        for key, value in (
+            ("disable_ipv6", 0),
+            ("accept_dad", 0),
+            ("accept_ra", 0),
+            ("router_solicitations", 0),
+        ):
+            for scope in ("all", "default", str(intf)):
+                node.cmd(f"sysctl -qw net.ipv6.conf.{scope}.{key}={value}")
+        node.cmd(f"ip -6 addr replace {host.ip6.with_prefixlen} dev {intf} nodad")
+        if host.gateway6 is not None:
+            node.cmd(f"ip -6 route replace default via {host.gateway6} dev {intf}")
 
     def _start_controller(self) -> None:
         """One controller per policy: the topology's for the NPMs without their own, and one
@@ -763,56 +784,55 @@ class GatewayNetwork:
         return socket_path
 
     def _start_services(self) -> None:
+        """Each host's services, on its IPv4 address and, where it has one, its IPv6 address."""
         for host in self.spec.hosts:
             if host.ip is None or not host.services:
                 continue
             node = self.net.get(host.name)
-            if "http" in host.services:
-                www = self.run_dir / "www" / host.name
-                www.mkdir(parents=True, exist_ok=True)
-                _fill_www(www, host.name)
-                argv = [sys.executable, "-m", "topo.services", "http", "--bind", str(host.ip.ip)]
-                argv += ["--root", str(www)]
-                with (self.run_dir / f"{host.name}-http.log").open("wb") as log:
-                    process = node.popen(argv, stdout=log, stderr=subprocess.STDOUT)
-                self._processes.append((f"{host.name}:http", process))
-                self._wait_in(node, process, 80)
-            if "udp-echo" in host.services:
-                argv = [
-                    sys.executable,
-                    "-m",
-                    "topo.services",
-                    "udp-echo",
-                    "--bind",
-                    str(host.ip.ip),
-                ]
-                process = node.popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                self._processes.append((f"{host.name}:udp-echo", process))
-                probe = "from topo.services import wait_udp_echo; "
-                probe += f"wait_udp_echo('{host.ip.ip}', 7, 20.0)"
-                if (
-                    node.popen([sys.executable, "-c", probe]).wait() != 0
-                    or process.poll() is not None
-                ):
-                    raise RuntimeError(f"{host.name}: the UDP echo service did not start")
-            if "iperf3" in host.services:
-                process = node.popen(
-                    ["iperf3", "-s", "-B", str(host.ip.ip)],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-                self._processes.append((f"{host.name}:iperf3", process))
-                self._wait_in(node, process, 5201)
+            addresses = [str(host.ip.ip)] + ([str(host.ip6.ip)] if host.ip6 is not None else [])
+            for address in addresses:
+                self._start_host_services(node, host, address)
 
-    def _wait_in(self, node: Any, process: subprocess.Popen[bytes], port: int) -> None:
-        """Wait until `process` listens on `port` inside the host's namespace."""
+    def _start_host_services(self, node: Any, host: HostSpec, address: str) -> None:
+        family = "6" if ":" in address else "4"
+        if "http" in host.services:
+            www = self.run_dir / "www" / host.name
+            www.mkdir(parents=True, exist_ok=True)
+            _fill_www(www, host.name)
+            argv = [sys.executable, "-m", "topo.services", "http", "--bind", address]
+            argv += ["--root", str(www)]
+            with (self.run_dir / f"{host.name}-http{family}.log").open("wb") as log:
+                process = node.popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            self._processes.append((f"{host.name}:http{family}", process))
+            self._wait_in(node, process, address, 80)
+        if "udp-echo" in host.services:
+            argv = [sys.executable, "-m", "topo.services", "udp-echo", "--bind", address]
+            process = node.popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self._processes.append((f"{host.name}:udp-echo{family}", process))
+            probe = "from topo.services import wait_udp_echo; "
+            probe += f"wait_udp_echo('{address}', 7, 20.0)"
+            if node.popen([sys.executable, "-c", probe]).wait() != 0 or process.poll() is not None:
+                raise RuntimeError(f"{host.name}: the UDP echo service did not start on {address}")
+        if "iperf3" in host.services:
+            process = node.popen(
+                ["iperf3", "-s", "-B", address],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            self._processes.append((f"{host.name}:iperf3-{family}", process))
+            self._wait_in(node, process, address, 5201)
+
+    def _wait_in(
+        self, node: Any, process: subprocess.Popen[bytes], address: str, port: int
+    ) -> None:
+        """Wait until `process` listens on address:port inside the host's namespace."""
         probe = (
             "from opengate.netutil import wait_for_port\n"
-            f"wait_for_port('{node.IP()}', {port}, 20.0)\n"
+            f"wait_for_port('{address}', {port}, 20.0)\n"
         )
         result = node.popen([sys.executable, "-c", probe]).wait()
         if result != 0 or process.poll() is not None:
-            raise RuntimeError(f"{node.name}: service on port {port} did not start")
+            raise RuntimeError(f"{node.name}: service on {address} port {port} did not start")
 
     def _spawn(self, name: str, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
         with log_path.open("wb") as log:

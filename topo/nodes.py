@@ -74,7 +74,7 @@ class LanBridge(RootNamespaceSwitch):
         self.bridge_made = False  # stop() deletes the bridge only if start() made it
 
     def start(self, controllers: list[Any]) -> None:
-        self.cmd(f"ip link add name {self.name} type bridge stp_state 0")
+        self.cmd(f"ip link add name {self.name} type bridge stp_state 0 mcast_snooping 0")
         self.bridge_made = True
         self.cmd(f"sysctl -qw net.ipv6.conf.{self.name}.disable_ipv6=1")
         for intf in self.intfList():

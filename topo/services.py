@@ -67,18 +67,24 @@ class Handler(SimpleHTTPRequestHandler):
         sys.stderr.write(f"{self.client_address[0]} {format % args}\n")
 
 
+def family(address: str) -> socket.AddressFamily:
+    """The socket family of an address in text form."""
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
+
+
 def udp_echo(bind: str, port: int) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+    with socket.socket(family(bind), socket.SOCK_DGRAM) as sock:
         sock.bind((bind, port))
         while True:
-            payload, (address, source_port) = sock.recvfrom(65535)
-            sock.sendto(f"{address}:{source_port} ".encode() + payload, (address, source_port))
+            payload, peer = sock.recvfrom(65535)
+            address, source_port = peer[0], peer[1]
+            sock.sendto(f"{address}:{source_port} ".encode() + payload, peer)
 
 
 def wait_udp_echo(address: str, port: int, timeout: float) -> None:
     """Return once the echo service at address:port answers (readiness probe)."""
     deadline = time.monotonic() + timeout
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+    with socket.socket(family(address), socket.SOCK_DGRAM) as sock:
         sock.settimeout(0.2)
         while time.monotonic() < deadline:
             sock.sendto(b"ready?", (address, port))
@@ -98,6 +104,12 @@ class WebServer(ThreadingHTTPServer):
     request_queue_size = 1024
 
 
+class WebServer6(WebServer):
+    """The same on an IPv6 address."""
+
+    address_family = socket.AF_INET6
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m topo.services", description=__doc__.splitlines()[0]
@@ -114,7 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.service == "udp-echo":
         return udp_echo(args.bind, args.port)
     handler = partial(Handler, directory=str(args.root))
-    with WebServer((args.bind, args.port), handler) as server:
+    server_class = WebServer6 if family(args.bind) == socket.AF_INET6 else WebServer
+    with server_class((args.bind, args.port), handler) as server:
         server.serve_forever()
     return 0
 

@@ -204,6 +204,14 @@ def test_pingall_pings_the_hosts_with_an_address(consoles: Consoles) -> None:
     assert output[4] == "out1 -> X X"
     assert re.fullmatch(r"\*\*\* Results: \d+% dropped \([2-4]/6 received\)", output[5]), output
     assert output[6].startswith("*** outside hosts do not reach inside addresses")
+    # Then IPv6: out1 reaches no inside address either (RFC 6092: inbound only for flows
+    # opened from inside), and the pings out open sessions through the CPM.
+    assert output[7] == "*** Ping: IPv6"
+    assert re.fullmatch(r"h1 -> h2 (out1|X)", output[8]), output
+    assert re.fullmatch(r"h2 -> h1 (out1|X)", output[9]), output
+    assert output[10] == "out1 -> X X"
+    assert re.fullmatch(r"\*\*\* Results: \d+% dropped \([2-4]/6 received\)", output[11]), output
+    assert output[12].startswith("*** outside hosts do not reach inside IPv6 addresses")
     assert lines(console.command("pingall soon")) == [
         "*** pingall: the timeout is a number of seconds, not 'soon'"
     ]
