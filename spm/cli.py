@@ -10,7 +10,7 @@
                         [--engine builtin|snort] [--eve OUT.json]
                                              inspect a capture offline; alerts as EVE JSON
                                              (stdout by default), a summary on stderr
-    opengate spm corpus RULES... --out FILE.pcap [--seed N] [--benign N] [--compare]
+    opengate spm corpus RULES... --out FILE.pcap [--seed N] [--benign N] [--ipv6] [--compare]
                                              a capture with a flow that should fire each rule;
                                              --compare replays it with both engines (Snort 3
                                              needed) and lists where they differ
@@ -73,7 +73,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "replay",
         help="inspect a capture file offline; alerts as EVE JSON",
         description="Run the SPM's inspection over a capture file (pcap or pcapng; Ethernet, "
-        "one 802.1Q tag, or raw IPv4), one worker, the packets' capture times as its clock. "
+        "one 802.1Q tag, or raw IP; IPv4 and IPv6), one worker, the packets' capture times "
+        "as its clock. "
         "Alerts are written as the daemon's EVE records; a summary goes to stderr. The AV is "
         "off, even when the configuration enables it (no clamd offline). Exit status: 0 done; "
         "1 the file is damaged (the alerts up to the damage are written) or Snort failed; 2 bad "
@@ -116,7 +117,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="write a capture that should fire each rule; compare the engines on it",
         description="Write a capture with one flow per rule the generator can satisfy (its "
         "contents, pcres, lengths placed in the buffers they name, HTTP rules as well-formed "
-        "requests and responses), then benign web flows. With --compare, replay it with the "
+        "requests and responses), then benign web flows; with --ipv6 every flow is IPv6. "
+        "With --compare, replay it with the "
         "built-in engine and with Snort 3 and print the (flow, sid) alerts only one raised. "
         "Exit status: 0 done (with --compare: the engines agree); 1 they differ; 2 bad input.",
     )
@@ -126,6 +128,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     corpus.add_argument("--seed", type=int, default=0, help="varies what the rules leave open")
     corpus.add_argument("--benign", type=int, default=50, help="benign flows (default 50)")
+    corpus.add_argument(
+        "--ipv6", action="store_true", help="IPv6 flows (2001:db8::/32) instead of IPv4"
+    )
     corpus.add_argument("--compare", action="store_true", help="replay with both engines")
     corpus.set_defaults(handler=_corpus)
 
@@ -223,7 +228,8 @@ def _corpus(args: argparse.Namespace) -> int:
         snort = find_snort_binary() or ""
         if not snort:
             raise ConfigError("--compare: snort (Snort 3) is not installed")
-    made = generate(load_ruleset([str(p) for p in args.rules], {}), args.seed, args.benign)
+    ruleset = load_ruleset([str(p) for p in args.rules], {})
+    made = generate(ruleset, args.seed, args.benign, family=6 if args.ipv6 else 4)
     size = made.write_pcap(args.out)
     skipped = ", ".join(f"{why} {n}" for why, n in made.skipped.most_common())
     benign = len(made.flows) - len(made.rule_flows)

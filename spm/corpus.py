@@ -6,7 +6,9 @@ names, at the position its offset/depth/distance/within allow, with a string tha
 pcre, padded to satisfy bufferlen and isdataat; HTTP rules get a well-formed request (and
 response) whose URI, headers, cookie, method, body, status code or message carry them. Benign
 flows (ordinary requests and responses) follow. The flows are apart (a 5-tuple each) and in
-file order, so an alert names its flow by its Community ID.
+file order, so an alert names its flow by its Community ID. With `family=6` every flow is
+IPv6 (the addresses from 2001:db8::/32, or from the IPv6 part of the rule's header: a rule whose
+header names IPv4 addresses only is skipped), so that the engines are compared on IPv6 too.
 
 It is how the built-in engine is held to Snort 3 (`compare`): both engines replay the same
 capture and their (flow, sid) alerts are compared. `seed` varies what a rule leaves open
@@ -40,7 +42,7 @@ from spm.community_id import community_id_str
 from spm.eve import EveLog
 from spm.http import TOKEN, is_http_start
 from spm.ips.engine import RuleSet
-from spm.ips.header import Header, IntervalSet
+from spm.ips.header import AddressSet, Header, IntervalSet
 from spm.ips.option_types import (
     HTTP_ANY_BUFFERS,
     HTTP_REQUEST_BUFFERS,
@@ -74,6 +76,8 @@ _SAME_BYTES = {
     "http_raw_cookie": "http_cookie",
 }
 _FILLER = b"abcdefghijklmnopqrstuvwxyz"
+# family -> (the rule flows' server, the benign flows' server), documentation addresses
+SERVERS = {4: ("192.0.2.80", "198.51.100.10"), 6: ("2001:db8::80", "2001:db8:51::10")}
 
 
 _LAST_HEADERS = (b"Connection: keep-alive\r\n", b"Cache-Control: no-cache\r\n", b"X-End: 1\r\n")
@@ -93,7 +97,7 @@ class CorpusFlow:
     server: str
     cport: int
     sport: int
-    packets: list[bytes] = field(default_factory=list)  # IPv4 packets, in order
+    packets: list[bytes] = field(default_factory=list)  # IP packets, in order
 
     def ends(self, to_server: bool) -> tuple[str, str, int, int]:
         """(source, destination, source port, destination port) of a packet that way."""
@@ -118,7 +122,7 @@ class Corpus:
         t = T0
         for flow in self.flows:
             for pkt in flow.packets:
-                frame = _ETHERNET + pkt
+                frame = (_ETHERNET6 if pkt[0] >> 4 == 6 else _ETHERNET) + pkt
                 frames.append((t, frame + b"\0" * max(0, 60 - len(frame))))
                 t += 0.0001
             t += 0.01
@@ -127,6 +131,7 @@ class Corpus:
 
 
 _ETHERNET = bytes.fromhex("0200000000020200000000010800")  # to, from, IPv4
+_ETHERNET6 = _ETHERNET[:12] + b"\x86\xdd"  # IPv6
 
 
 # --- strings that match a pcre ------------------------------------------------------------------
@@ -397,6 +402,22 @@ def ipv4(src: str, dst: str, proto: int, l4: bytes, ident: int = 0) -> bytes:
     return head + l4
 
 
+def ipv6(src: str, dst: str, proto: int, l4: bytes) -> bytes:
+    """An IPv6 packet (no extension headers) around an L4 segment whose checksum field is zero;
+    its checksum set (RFC 8200's pseudo-header)."""
+    s, d = ipaddress.IPv6Address(src).packed, ipaddress.IPv6Address(dst).packed
+    pseudo = s + d + struct.pack("!IxxxB", len(l4), proto)
+    at = 16 if proto == 6 else 6
+    csum = internet_checksum(pseudo + l4) or (0xFFFF if proto == 17 else 0)
+    l4 = l4[:at] + struct.pack("!H", csum) + l4[at + 2 :]
+    return struct.pack("!IHBB16s16s", 6 << 28, len(l4), proto, 64, s, d) + l4
+
+
+def ip_packet(src: str, dst: str, proto: int, l4: bytes, ident: int = 0) -> bytes:
+    """`ipv6` for IPv6 addresses, else `ipv4`."""
+    return ipv6(src, dst, proto, l4) if ":" in src else ipv4(src, dst, proto, l4, ident)
+
+
 class _Tcp:
     FLAGS = {"F": 1, "S": 2, "R": 4, "P": 8, "A": 16}
 
@@ -411,7 +432,7 @@ class _Tcp:
         bits = sum(self.FLAGS[x] for x in flags)
         ack = self.seq[not to_server] if "A" in flags else 0
         tcp = struct.pack("!HHIIBBHHH", sp, dp, self.seq[to_server], ack, 5 << 4, bits, 64240, 0, 0)
-        f.packets.append(ipv4(src, dst, 6, tcp + data, self.ident))
+        f.packets.append(ip_packet(src, dst, 6, tcp + data, self.ident))
         self.ident += 1
         self.seq[to_server] = (
             self.seq[to_server] + len(data) + ("S" in flags) + ("F" in flags)
@@ -435,7 +456,8 @@ class _Tcp:
 
 def _udp(flow: CorpusFlow, to_server: bool, data: bytes) -> None:
     src, dst, sp, dp = flow.ends(to_server)
-    flow.packets.append(ipv4(src, dst, 17, struct.pack("!HHHH", sp, dp, 8 + len(data), 0) + data))
+    udp = struct.pack("!HHHH", sp, dp, 8 + len(data), 0) + data
+    flow.packets.append(ip_packet(src, dst, 17, udp))
 
 
 def _percent(text: bytes, safe: frozenset[int] = _URI_SAFE) -> bytes:
@@ -557,8 +579,29 @@ def _is_http(rule: CompiledRule) -> bool:
     return rule.proto == "http" or "http" in rule.services or bool(rule.buffers & HTTP_BUFFERS)
 
 
-def rule_flow(rule: CompiledRule, index: int, rng: random.Random) -> CorpusFlow:
-    """The flow that should fire `rule` (CannotGenerate says why there is none)."""
+def _address(s: AddressSet, family: int, default: str) -> str:
+    """An address of `s` of the family (`default` if `s` has them all)."""
+    part = s.v4 if family == 4 else s.v6
+    if part.everything:
+        return default
+    if not part.starts:
+        raise CannotGenerate(f"no IPv{family} address in the rule's header")
+    value = _pick(part, 0)
+    return str(ipaddress.IPv4Address(value) if family == 4 else ipaddress.IPv6Address(value))
+
+
+def client_address(index: int, family: int, benign: bool = False) -> str:
+    """The client of the corpus's flow number `index`: one address a flow."""
+    if family == 6:
+        return f"2001:db8:{0xC8 if benign else 1:x}:{index // 65535:x}::{1 + index % 65535:x}"
+    if benign:
+        return f"10.200.{index // 250 % 240}.{1 + index % 250}"
+    return f"10.{1 + index // 60000}.{index // 250 % 240}.{1 + index % 250}"
+
+
+def rule_flow(rule: CompiledRule, index: int, rng: random.Random, family: int = 4) -> CorpusFlow:
+    """The flow that should fire `rule` (CannotGenerate says why there is none); `family`: 4 or
+    6, the flow's IP version."""
     if rule.packet_checks:
         raise CannotGenerate("packet field options (flags, dsize, ttl, ...)")
     if rule.detection_filter is not None:
@@ -574,9 +617,8 @@ def rule_flow(rule: CompiledRule, index: int, rng: random.Random) -> CorpusFlow:
     bufs = build_buffers(rule, rng)
     to_server = rule.flow.to_server is not False
     header = rule.header
-    client_net = f"10.{1 + index // 60000}.{index // 250 % 240}.{1 + index % 250}"
-    server_ip, server_port = "192.0.2.80", 80 if http else 9000
-    client_ip, client_port = client_net, 20000 + index % 40000
+    server_ip, server_port = SERVERS[family][0], 80 if http else 9000
+    client_ip, client_port = client_address(index, family), 20000 + index % 40000
     if isinstance(header, Header) and not header.is_any:
         srv_ports = header.dports if to_server else header.sports
         server_port = _pick(srv_ports, server_port)
@@ -584,10 +626,8 @@ def rule_flow(rule: CompiledRule, index: int, rng: random.Random) -> CorpusFlow:
         client_port = _pick(cli_ports, client_port, 1024)
         srv_addr = header.dst if to_server else header.src
         cli_addr = header.src if to_server else header.dst
-        if not srv_addr.everything:
-            server_ip = str(ipaddress.IPv4Address(_pick(srv_addr, 0)))
-        if not cli_addr.everything:
-            client_ip = str(ipaddress.IPv4Address(_pick(cli_addr, 0)))
+        server_ip = _address(srv_addr, family, server_ip)
+        client_ip = _address(cli_addr, family, client_ip)
     flow = CorpusFlow(rule.info.sid, proto, client_ip, server_ip, client_port, server_port)
     if proto == 17:
         data = bufs.get((PKT_DATA, None), b"")
@@ -641,13 +681,13 @@ _BENIGN_PAGES = (
 )
 
 
-def benign_flows(start: int, count: int, rng: random.Random) -> list[CorpusFlow]:
+def benign_flows(start: int, count: int, rng: random.Random, family: int = 4) -> list[CorpusFlow]:
     """Ordinary web traffic: GETs and form POSTs with plain answers."""
     flows = []
     for i in range(count):
         index = start + i
-        client = f"10.200.{index // 250 % 240}.{1 + index % 250}"
-        flow = CorpusFlow(0, 6, client, "198.51.100.10", 30000 + index % 30000, 80)
+        client = client_address(index, family, benign=True)
+        flow = CorpusFlow(0, 6, client, SERVERS[family][1], 30000 + index % 30000, 80)
         tcp = _Tcp(flow)
         tcp.open()
         page = rng.choice(_BENIGN_PAGES)
@@ -672,21 +712,25 @@ def benign_flows(start: int, count: int, rng: random.Random) -> list[CorpusFlow]
     return flows
 
 
-def generate(ruleset: RuleSet, seed: int = 0, benign: int = 50, copies: int = 1) -> Corpus:
+def generate(
+    ruleset: RuleSet, seed: int = 0, benign: int = 50, copies: int = 1, family: int = 4
+) -> Corpus:
     """One flow per rule of `ruleset` that can be generated, then `benign` benign flows; all of
     it `copies` times (each copy on other addresses, with other choices), for a longer capture.
-    `skipped` counts the rules of one copy."""
+    `skipped` counts the rules of one copy. `family` 6: every flow over IPv6."""
+    if family not in SERVERS:
+        raise ValueError(f"address family {family} is not 4 or 6")
     rng = random.Random(seed)
     corpus = Corpus()
     rules = [r for r in ruleset.rules if r.info.action != "pass"]
     for copy in range(copies):
         for rule in rules:
             try:
-                corpus.flows.append(rule_flow(rule, len(corpus.flows), rng))
+                corpus.flows.append(rule_flow(rule, len(corpus.flows), rng, family))
             except CannotGenerate as why:
                 if copy == 0:
                     corpus.skipped[str(why)] += 1
-        corpus.flows += benign_flows(len(corpus.flows), benign, rng)
+        corpus.flows += benign_flows(len(corpus.flows), benign, rng, family)
     return corpus
 
 

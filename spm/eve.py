@@ -5,12 +5,18 @@ SPM's counters, every `stats_interval` seconds), `spm` (start and stop). On disk
 one write(2) of a whole line to a descriptor opened with O_APPEND, so that two processes can share
 the file without interleaving lines (with Snort, the adapter writes Snort's alerts and the AV
 beside it its own).
+
+The 5-tuple is written as Suricata writes it: `src_ip`/`dest_ip` (an IPv6 address in full, eight
+groups of four hex digits, as Suricata prints it), `proto` by Suricata's names (TCP, UDP, ICMP,
+IPv6-ICMP, SCTP), `ip_v` (4 or 6); ports for TCP, UDP and SCTP, `icmp_type`/`icmp_code` for ICMP
+and ICMPv6; and the flow's `community_id`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import ipaddress
 import json
 import logging
 import os
@@ -18,6 +24,44 @@ from pathlib import Path
 from typing import IO, Any
 
 LOG = logging.getLogger(__name__)
+
+
+_PROTO_NAMES = {
+    "tcp": "TCP",
+    "udp": "UDP",
+    "icmp": "ICMP",
+    "ipv6-icmp": "IPv6-ICMP",
+    "sctp": "SCTP",
+}
+_ICMP = frozenset({"icmp", "ipv6-icmp"})
+
+
+def eve_address(text: str) -> str:
+    """An address as Suricata's EVE writes it: IPv4 dotted, IPv6 in full ("2001:0db8:0000:...");
+    text that is no address is left as it is."""
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError:
+        return text
+    return addr.exploded if addr.version == 6 else str(addr)
+
+
+def five_tuple(flow: dict[str, Any]) -> dict[str, Any]:
+    """The EVE fields of a flow as the workers report it (`FlowInfo.as_dict`)."""
+    proto = str(flow["proto"]).lower()
+    src, dst = str(flow["src"]), str(flow["dst"])
+    out: dict[str, Any] = {"src_ip": eve_address(src)}
+    icmp = proto in _ICMP
+    if not icmp:
+        out["src_port"] = flow["sport"]
+    out["dest_ip"] = eve_address(dst)
+    if not icmp:
+        out["dest_port"] = flow["dport"]
+    out["proto"] = _PROTO_NAMES.get(proto, proto.upper())
+    out["ip_v"] = 6 if ":" in src else 4
+    if icmp:
+        out["icmp_type"], out["icmp_code"] = flow["sport"], flow["dport"]
+    return out
 
 
 def _timestamp(ts: float) -> str:
@@ -61,16 +105,11 @@ class EveLog:
 
     def alert(self, event: dict[str, Any]) -> None:
         """`event` is an alert as the workers report it (see `Alert.to_cpm`)."""
-        flow = event["flow"]
         self.write(
             "alert",
             float(event["ts"]),
             community_id=event["community_id"],
-            src_ip=flow["src"],
-            src_port=flow["sport"],
-            dest_ip=flow["dst"],
-            dest_port=flow["dport"],
-            proto=str(flow["proto"]).upper(),
+            **five_tuple(event["flow"]),
             alert={
                 "action": "blocked" if event["action"] in ("block", "drop") else "allowed",
                 "gid": event["gid"],
@@ -84,16 +123,11 @@ class EveLog:
         )
 
     def bypass(self, event: dict[str, Any], ts: float) -> None:
-        flow = event["flow"]
         self.write(
             "bypass",
             ts,
             community_id=event["community_id"],
-            src_ip=flow["src"],
-            src_port=flow["sport"],
-            dest_ip=flow["dst"],
-            dest_port=flow["dport"],
-            proto=str(flow["proto"]).upper(),
+            **five_tuple(event["flow"]),
             bypass={"clean_bytes": event["clean_bytes"], "class": event.get("flow_class", "")},
         )
 

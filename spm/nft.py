@@ -15,8 +15,13 @@ For each next-hop tag T the SPM serves:
 * `ip rule fwmark 0x4f00TTTT/0xff00ffff table 0x4f00TTTT` and in that table a default route via
   a gateway address (169.254.TT.TT, fe80::4f47:TTTT) whose neighbour entry is the tag MAC,
   permanent: accepted packets leave by the same interface with the tag as destination MAC;
-* sysctls: forwarding on, rp_filter and ICMP redirects off on the interface (the packets are not
-  addressed to the SPM and leave where they came in).
+* sysctls: forwarding on (IPv4 and IPv6), rp_filter and ICMP redirects off on the interface (the
+  packets are not addressed to the SPM and leave where they came in); IPv6 has no sysctl for
+  redirects, so an output chain drops the ICMPv6 redirects the SPM would send out of it.
+
+Both families are handled alike: the table is `inet`, the flow sets come in pairs (`blocked4`,
+`blocked6`, ...), the queue rule and the marks do not look at the family, and the routes back to
+the tag are installed for IPv6 too where the interface has IPv6 on.
 
 The queue rule is an nftables `queue` statement when the kernel has it (nft_queue), otherwise the
 xtables NFQUEUE target in the mangle table through iptables-nft ("backend xt"); some kernels
@@ -187,6 +192,10 @@ class Plan:
             "  chain no_conntrack {",
             "    type filter hook prerouting priority raw; policy accept;",
             f"    iifname {iface} ether saddr @tag_macs notrack",
+            "  }",
+            "  chain no_redirects {",
+            "    type filter hook output priority filter; policy accept;",
+            f"    oifname {iface} icmpv6 type nd-redirect counter drop",
             "  }",
             "  chain classify {",
             "    type filter hook prerouting priority mangle - 10; policy accept;",

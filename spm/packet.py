@@ -5,9 +5,16 @@ Decoding never raises on bad input: a packet that cannot be decoded comes back w
 (the reason, counted by the worker) and whatever layers were valid. Lengths are checked against the
 buffer before every read.
 
+IPv6 extension headers (RFC 8200 and the IANA registry: hop-by-hop, routing, fragment,
+destination options, AH, mobility, HIP, shim6, the two experimental ones) are walked, at most 8,
+to the upper-layer protocol, which is `proto`; ESP (50) and "no next header" (59) end the chain
+as protocols of their own. A fragment header with offset 0 and M clear (an atomic fragment, RFC
+6946) is not a fragment. The first fragment of a datagram decodes its L4 header (a UDP length
+beyond the fragment is expected there); a later one has no L4 header (`first_fragment` False).
+
 Not supported: IP options are skipped, not interpreted; IPv4/IPv6 fragments are not reassembled
-here (conntrack's defragmentation runs before the queue); non-first fragments carry no L4 header;
-IPv6 jumbograms; tunnels (GRE, IP-in-IP) are not decapsulated.
+here (conntrack's defragmentation runs before the queue); IPv6 jumbograms (payload length 0);
+tunnels (GRE, IP-in-IP) are not decapsulated.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ URG = 0x20
 ECE = 0x40
 CWR = 0x80
 
-_IPV6_EXT = frozenset({0, 43, 44, 60, 51, 135, 139, 140})
+_IPV6_EXT = frozenset({0, 43, 44, 60, 51, 135, 139, 140, 253, 254})
 _MAX_IPV6_EXT = 8
 
 _IP4 = struct.Struct("!BBHHHBBH4s4s")
@@ -155,10 +162,12 @@ def _decode_ipv6(pkt: Packet, raw: bytes) -> int:
             pkt.error = "ipv6_ext_truncated"
             pkt.proto = nxt
             return -1
-        if nxt == 44:  # fragment header
+        if nxt == 44:  # fragment header: offset (13 bits), 2 reserved, M
             frag = struct.unpack_from("!H", raw, off + 2)[0]
-            pkt.fragment = True
-            pkt.first_fragment = (frag >> 3) == 0
+            offset = frag >> 3
+            if offset or frag & 1:  # else an atomic fragment: the whole datagram
+                pkt.fragment = True
+                pkt.first_fragment = offset == 0
             pkt.ip_id = struct.unpack_from("!I", raw, off + 4)[0]
             hlen = 8
         elif nxt == 51:  # AH: length in 4-octet units minus 2
@@ -202,7 +211,7 @@ def _decode_l4(pkt: Packet, raw: bytes, off: int) -> None:
         pkt.has_ports = True
         if proto == PROTO_UDP:
             ulen = struct.unpack_from("!H", raw, off + 4)[0]
-            if ulen < 8 or ulen > left:
+            if ulen < 8 or (ulen > left and not pkt.fragment):  # a first fragment: the rest later
                 pkt.error = "udp_bad_length"
                 return
             pkt.payload = raw[off + 8 : off + ulen]
@@ -231,8 +240,8 @@ def flow_key(pkt: Packet) -> tuple[int, bytes, int, bytes, int]:
 
 def flow_id(raw: bytes) -> tuple[str, bytes, bytes]:
     """What the dispatcher needs, cheaply: (Community ID, src, dst); ("", b"", b"") when the
-    packet has no IP header worth hashing. IPv4 without options and plain IPv6 take a fast path;
-    anything else goes through `decode`."""
+    packet has no IP header worth hashing. IPv4 without options and IPv6 without extension
+    headers take a fast path; anything else goes through `decode`."""
     n = len(raw)
     if n >= 20 and raw[0] == 0x45:
         proto = raw[9]
@@ -243,6 +252,14 @@ def flow_id(raw: bytes) -> tuple[str, bytes, bytes]:
             return community_id(proto, src, dst, sport, dport), src, dst
         if frag == 0 and proto == PROTO_ICMP and n >= 22:
             return community_id(proto, src, dst, raw[20], raw[21]), src, dst
+    elif n >= 44 and raw[0] >> 4 == 6:
+        proto = raw[6]
+        src, dst = raw[8:24], raw[24:40]
+        if proto in (PROTO_TCP, PROTO_UDP, PROTO_SCTP):
+            sport, dport = _PORTS.unpack_from(raw, 40)
+            return community_id(proto, src, dst, sport, dport), src, dst
+        if proto == PROTO_ICMP6:
+            return community_id(proto, src, dst, raw[40], raw[41]), src, dst
     pkt = decode(raw)
     if not pkt.version:
         return "", b"", b""

@@ -1,15 +1,15 @@
 """`opengate spm replay FILE`: the SPM's inspection run offline over a capture file, as Snort's
 `-r` and Suricata's pcap mode do. Alerts come out as the EVE records the daemon writes inline.
 
-One `Worker` takes every IPv4 packet of the file, in file order, with the packet's capture time
-as its clock (flow timeouts, alert timestamps): no dispatcher, no queue, no root. The link layer
-is stripped here: Ethernet (with at most one 802.1Q tag) or raw IP; other frames (ARP, IPv6, a
-stack of VLAN tags) are counted and skipped. With `engine="snort"`, Snort 3 reads the file
-itself (`snort -r`) with the same rules, and its alert_json lines become the same records.
+One `Worker` takes every IP packet (IPv4 and IPv6) of the file, in file order, with the packet's
+capture time as its clock (flow timeouts, alert timestamps): no dispatcher, no queue, no root.
+The link layer is stripped here: Ethernet (with at most one 802.1Q tag) or raw IP (link types
+101 and, for one family, 228 IPv4 and 229 IPv6); other frames (ARP, LLDP, a stack of VLAN tags)
+are counted and skipped. With `engine="snort"`, Snort 3 reads the file itself (`snort -r`) with
+the same rules, and its alert_json lines become the same records.
 
-Not supported: the AV (off: an offline run has no clamd to ask), IPv6 (the worker could
-inspect it, but the replay's counts and the Snort comparison are IPv4 only), bypass (a flow a
-configuration would bypass inline stops being inspected here too, and no record says so).
+Not supported: the AV (off: an offline run has no clamd to ask), bypass (a flow a configuration
+would bypass inline stops being inspected here too, and no record says so).
 """
 
 from __future__ import annotations
@@ -45,18 +45,18 @@ from spm.worker import Worker
 LOG = logging.getLogger(__name__)
 
 ENGINES = ("builtin", "snort")
-LINKTYPE_RAW, LINKTYPE_IPV4 = 101, 228
+LINKTYPE_RAW, LINKTYPE_IPV4, LINKTYPE_IPV6 = 101, 228, 229
 EXPIRE_EVERY = 1.0  # seconds of capture time between flow-timeout checks
 
-_ETH_IPV4, _ETH_VLAN, _ETH_QINQ = 0x0800, 0x8100, 0x88A8
-_ETHERTYPE_NAMES = {0x86DD: "ipv6", 0x0806: "arp", 0x8035: "rarp", 0x88CC: "lldp"}
+_ETH_IPV4, _ETH_IPV6, _ETH_VLAN, _ETH_QINQ = 0x0800, 0x86DD, 0x8100, 0x88A8
+_ETHERTYPE_NAMES = {0x0806: "arp", 0x8035: "rarp", 0x88CC: "lldp"}
+_RAW_VERSIONS = {LINKTYPE_RAW: (4, 6), LINKTYPE_IPV4: (4,), LINKTYPE_IPV6: (6,)}
 _LINKTYPE_NAMES = {
     0: "NULL, BSD loopback",
     12: "RAW on OpenBSD",
     105: "IEEE802_11",
     113: "LINUX_SLL",
     127: "IEEE802_11_RADIOTAP",
-    229: "IPV6",
     276: "LINUX_SLL2",
 }
 
@@ -69,7 +69,8 @@ class ReplayStats:
     engine: str
     format: str = ""  # "pcap" | "pcapng"
     packets: int = 0  # frames read from the file
-    ipv4: int = 0  # frames that held an IPv4 packet
+    ip: int = 0  # frames that held an IP packet (IPv4 or IPv6)
+    ipv6: int = 0  # of those, IPv6
     inspected: int = 0  # of those, the packets the engine inspected (built-in engine)
     skipped: Counter[str] = field(default_factory=Counter)  # reason -> frames or packets
     alerts: int = 0
@@ -83,10 +84,11 @@ class ReplayStats:
         skipped = sum(self.skipped.values())
         reasons = ", ".join(f"{why} {n}" for why, n in sorted(self.skipped.items()))
         reasons = f" ({reasons})" if reasons else ""
-        if self.engine == "snort":  # Snort reads the file: it also inspects what is not IPv4
-            head += f"{self.ipv4} IPv4 packets, {skipped} others{reasons}"
+        ipv6 = f" ({self.ipv6} IPv6)" if self.ipv6 else ""
+        if self.engine == "snort":  # Snort reads the file: it also inspects what is not IP
+            head += f"{self.ip} IP packets{ipv6}, {skipped} others{reasons}"
         else:
-            head += f"{self.inspected} IPv4 packets inspected, {skipped} skipped{reasons}"
+            head += f"{self.inspected} IP packets inspected{ipv6}, {skipped} skipped{reasons}"
         head += f", {self.alerts} alerts"
         head += f", {self.flows} flows" if self.flows is not None else ", flows not counted"
         return head
@@ -112,9 +114,9 @@ def replay_config(
     return dataclasses.replace(base, ips=ips, av=av, workers=1)
 
 
-def ipv4_packet(frame: Frame, path: str) -> bytes | str:
-    """The IPv4 packet a frame carries, or why there is none (a skip reason). An unsupported
-    link type raises ConfigError naming it."""
+def ip_packet(frame: Frame, path: str) -> bytes | str:
+    """The IP packet (IPv4 or IPv6) a frame carries, or why there is none (a skip reason). An
+    unsupported link type raises ConfigError naming it."""
     data = frame.data
     if frame.linktype == LINKTYPE_ETHERNET:
         if len(data) < 14:
@@ -128,20 +130,23 @@ def ipv4_packet(frame: Frame, path: str) -> bytes | str:
                 return "vlan stack"
         elif ethertype == _ETH_QINQ:
             return "vlan stack"
-        if ethertype != _ETH_IPV4:
+        if ethertype not in (_ETH_IPV4, _ETH_IPV6):
             return _ETHERTYPE_NAMES.get(ethertype, f"ethertype 0x{ethertype:04x}")
         data = data[at:]
-    elif frame.linktype not in (LINKTYPE_RAW, LINKTYPE_IPV4):
+        versions: tuple[int, ...] = (4,) if ethertype == _ETH_IPV4 else (6,)
+    elif frame.linktype in _RAW_VERSIONS:
+        versions = _RAW_VERSIONS[frame.linktype]
+    else:
         name = _LINKTYPE_NAMES.get(frame.linktype)
         raise ConfigError(
             f"link type {frame.linktype}{f' ({name})' if name else ''} is not supported; "
-            f"replay reads Ethernet ({LINKTYPE_ETHERNET}) and raw IPv4 "
-            f"({LINKTYPE_RAW}, {LINKTYPE_IPV4})",
+            f"replay reads Ethernet ({LINKTYPE_ETHERNET}) and raw IP "
+            f"({LINKTYPE_RAW}, {LINKTYPE_IPV4}, {LINKTYPE_IPV6})",
             path=path,
         )
     version = data[0] >> 4 if data else 0
-    if version != 4:
-        return "ipv6" if version == 6 else "not ip"
+    if version not in versions:  # as the link layer said, or the packet is damaged
+        return "not ip"
     return data
 
 
@@ -177,17 +182,18 @@ def _read(
     stats: ReplayStats,
     handle: Callable[[bytes, float], None] | None = None,
 ) -> None:
-    """Read the file into `stats` (frames, IPv4 packets, skip reasons), giving each IPv4
-    packet and its capture time to `handle`."""
+    """Read the file into `stats` (frames, IP packets, skip reasons), giving each IP packet and
+    its capture time to `handle`."""
     stats.format = reader.format
     try:
         for frame in reader:
             stats.packets += 1
-            packet = ipv4_packet(frame, reader.path)
+            packet = ip_packet(frame, reader.path)
             if isinstance(packet, str):
                 stats.skipped[packet] += 1
                 continue
-            stats.ipv4 += 1
+            stats.ip += 1
+            stats.ipv6 += packet[0] >> 4 == 6
             if handle is not None:
                 handle(packet, frame.ts)
     except DamagedCapture as exc:

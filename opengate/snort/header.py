@@ -4,8 +4,10 @@ Header semantics (as Snort has them):
 
 * addresses: `any`, `a.b.c.d`, `a.b.c.d/len`, `$VAR`, lists `[x, y]`, negation `!x`; a list
   matches its positive items minus its negated ones (all addresses minus the negated ones when
-  it has no positive item). IPv6 items are dropped (the fast path classifies IPv4): a negated
-  IPv6 item restricts nothing, a rule left without any IPv4 address cannot match and is reported.
+  it has no positive item). `addresses` gives the IPv4 part (the fast path classifies IPv4):
+  IPv6 items are dropped, a negated IPv6 item restricts nothing, a rule left without any IPv4
+  address cannot match and is reported. `address_intervals(..., family=6)` gives the IPv6 part
+  the same way (IPv4 items dropped; `a:b::c`, `a:b::/len`), for the SPM's engine.
 * ports: `any`, `N`, `N:M`, `N:`, `:M`, `$VAR`, lists and negation alike. For `ip` and `icmp`
   rules Snort ignores the ports, and so do we (reported if they were not `any`).
 * direction `->`, or `<>` (both ways: compiled as two terms with the same rule id).
@@ -23,6 +25,7 @@ rules file, line and field.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -239,13 +242,18 @@ def _tokenize(text: str) -> list[str]:
     return tokens
 
 
-class _Evaluator:
-    """Evaluates an address or port expression to a set of integers (interval form)."""
+ADDR6_MAX = (1 << 128) - 1
 
-    def __init__(self, ctx: _Context, kind: str) -> None:
+
+class _Evaluator:
+    """Evaluates an address or port expression to a set of integers (interval form); addresses
+    of one family (4 or 6), the other family's items dropped."""
+
+    def __init__(self, ctx: _Context, kind: str, family: int = 4) -> None:
         self.ctx = ctx
         self.kind = kind  # "addr" | "port"
-        self.maximum = ADDR_MAX if kind == "addr" else PORT_MAX
+        self.family = family
+        self.maximum = PORT_MAX if kind == "port" else ADDR_MAX if family == 4 else ADDR6_MAX
         self.stack: tuple[str, ...] = ()
 
     def evaluate(self, text: str) -> Intervals:
@@ -320,6 +328,8 @@ class _Evaluator:
         return self._port(token)
 
     def _address(self, token: str) -> Intervals:
+        if self.family == 6:
+            return self._address6(token)
         if ":" in token:  # IPv6: the IPv4 fast path never sees it
             self.ctx.saw_ipv6 = True
             return ()
@@ -328,6 +338,22 @@ class _Evaluator:
         except ValueError as exc:
             raise self.ctx.error(str(exc)) from None
         return ((prefix.first, prefix.last),)
+
+    def _address6(self, token: str) -> Intervals:
+        if ":" not in token:  # IPv4 (checked by the IPv4 evaluation): no IPv6 address
+            return ()
+        self.ctx.saw_ipv6 = True
+        addr_text, slash, len_text = token.partition("/")
+        try:
+            addr = int(ipaddress.IPv6Address(addr_text))
+        except ipaddress.AddressValueError as exc:
+            raise self.ctx.error(f"malformed IPv6 prefix {token!r}: {exc}") from None
+        if not slash:
+            return ((addr, addr),)
+        if not len_text.isdigit() or not 0 <= int(len_text) <= 128:
+            raise self.ctx.error(f"malformed IPv6 prefix {token!r}: length must be 0..128")
+        host = ADDR6_MAX >> int(len_text)  # host bits are masked off, as for IPv4
+        return ((addr & ~host, addr | host),)
 
     def _port(self, token: str) -> Intervals:
         match = re.match(r"^(\d*)(:?)(\d*)$", token)
@@ -368,6 +394,19 @@ def addresses(
     if intervals == ((0, ADDR_MAX),):
         return ANY_ADDR, ctx.saw_ipv6
     return intervals_to_prefixes(intervals), ctx.saw_ipv6
+
+
+def address_intervals(
+    text: str, variables: Mapping[str, str], family: int, *, path: str = "<expr>", line: int = 0,
+    field: str = "address",
+) -> Intervals:  # fmt: skip
+    """The addresses of one family (4 or 6) an expression matches, as sorted disjoint inclusive
+    intervals of integers; the other family's items are dropped (a negated one restricts
+    nothing). Errors in either family's items raise ConfigError."""
+    if family not in (4, 6):
+        raise ValueError(f"address family {family} is not 4 or 6")
+    ctx = _Context(variables, path, line, field)
+    return _Evaluator(ctx, "addr", family).evaluate(text)
 
 
 def ports(

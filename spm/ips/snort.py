@@ -232,6 +232,9 @@ def parse_alert_json(line: str, capture_time: bool = False) -> dict[str, Any] | 
         src, dst = str(a["src_addr"]), str(a["dst_addr"])
         sport, dport = int(a.get("src_port", 0) or 0), int(a.get("dst_port", 0) or 0)
         number = _PROTO_NUMBERS.get(proto, 0)
+        name = proto.lower()
+        if number == 1 and ":" in src:  # Snort names ICMPv6 ICMP too
+            number, name = 58, "ipv6-icmp"
         cid = community_id_str(number, src, dst, sport, dport) if number else ""
         action = str(a.get("action", "allow"))
         classtype = str(a.get("class", ""))
@@ -245,7 +248,7 @@ def parse_alert_json(line: str, capture_time: bool = False) -> dict[str, Any] | 
             "priority": int(a.get("priority", 3)),
             "action": "block" if action in ("drop", "block", "would_drop", "reject") else "alert",
             "flow": {
-                "proto": proto.lower(),
+                "proto": name,
                 "src": src,
                 "dst": dst,
                 "sport": sport,

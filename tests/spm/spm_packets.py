@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.inet6 import IPv6
 from scapy.packet import Raw
+
+
+def ip(src: str, dst: str) -> Any:
+    """An IPv4 or IPv6 header (by the addresses' family)."""
+    return IPv6(src=src, dst=dst) if ":" in src else IP(src=src, dst=dst)
 
 
 @dataclass
 class TcpConversation:
-    """Builds the packets of one TCP connection with consistent sequence numbers."""
+    """Builds the packets of one TCP connection with consistent sequence numbers (over IPv6
+    when the addresses are IPv6)."""
 
     client: str = "10.0.0.1"
     server: str = "192.0.2.80"
@@ -22,12 +30,12 @@ class TcpConversation:
 
     def _pkt(self, to_server: bool, flags: str, data: bytes = b"") -> bytes:
         if to_server:
-            ip = IP(src=self.client, dst=self.server)
+            head = ip(self.client, self.server)
             tcp = TCP(sport=self.cport, dport=self.sport, flags=flags, seq=self.cseq, ack=self.sseq)
         else:
-            ip = IP(src=self.server, dst=self.client)
+            head = ip(self.server, self.client)
             tcp = TCP(sport=self.sport, dport=self.cport, flags=flags, seq=self.sseq, ack=self.cseq)
-        raw = bytes(ip / tcp / Raw(data)) if data else bytes(ip / tcp)
+        raw = bytes(head / tcp / Raw(data)) if data else bytes(head / tcp)
         self.packets.append(raw)
         return raw
 
@@ -60,7 +68,7 @@ class TcpConversation:
 
 
 def udp(src: str, dst: str, sport: int, dport: int, data: bytes) -> bytes:
-    return bytes(IP(src=src, dst=dst) / UDP(sport=sport, dport=dport) / Raw(data))
+    return bytes(ip(src, dst) / UDP(sport=sport, dport=dport) / Raw(data))
 
 
 def http_get(path: str = "/", host: str = "example.test", extra: str = "") -> bytes:

@@ -151,6 +151,51 @@ def test_each_rule_flow_fires_its_rule_in_the_builtin_engine(tmp_path: Path) -> 
     assert stats.alerts == 8
 
 
+def test_an_ipv6_corpus_is_well_formed_and_fires_each_rule_in_the_builtin_engine(
+    tmp_path: Path,
+) -> None:
+    """family=6: every packet IPv6 (checksums as scapy computes them), from 2001:db8::/32 or
+    the rule header's IPv6 addresses; a rule whose header names IPv4 addresses only is skipped."""
+    from scapy.layers.inet6 import IPv6
+
+    text = RULES + (
+        'alert tcp any any -> 2001:db8:77::/48 8080 (msg:"v6 dst"; content:"hello6"; sid:3000010;)\n'
+        'alert tcp any any -> 192.0.2.0/24 8080 (msg:"v4 dst"; content:"hello4"; sid:3000011;)\n'
+    )
+    corpus = generate(
+        RuleSet(parse_rules_text(text).rules, {}, LoadReport()), seed=4, benign=4, family=6
+    )
+    assert corpus.skipped == {
+        "packet field options (flags, dsize, ttl, ...)": 1,
+        "no IPv6 address in the rule's header": 1,
+    }
+    assert {f.sid for f in corpus.rule_flows} == {*range(3000001, 3000009), 3000010}
+    v6 = next(f for f in corpus.flows if f.sid == 3000010)
+    assert v6.server == "2001:db8:77::" and v6.sport == 8080
+    for packet in (p for f in corpus.flows for p in f.packets):
+        ip = IPv6(packet)
+        assert ip.version == 6 and ip.plen == len(packet) - 40
+        l4 = TCP if TCP in ip else UDP
+        fresh = IPv6(packet)
+        del fresh[l4].chksum
+        assert ip[l4].chksum == IPv6(bytes(fresh))[l4].chksum
+    pcap = tmp_path / "c6.pcap"
+    corpus.write_pcap(pcap)
+    assert {bytes(f)[12:14] for f in rdpcap(str(pcap))} == {b"\x86\xdd"}
+    rules = tmp_path / "r.rules"
+    rules.write_text(text)
+    out = tmp_path / "eve.json"
+    with out.open("w") as stream:
+        stats = replay(pcap, replay_config(None, [rules], {}), EveLog(out, "t", stream=stream))
+    ids = flow_ids(corpus)
+    fired = {
+        (ids[r["community_id"]].sid, r["alert"]["signature_id"], r["ip_v"])
+        for r in map(json.loads, out.read_text().splitlines())
+    }
+    assert fired == {(sid, sid, 6) for sid in [*range(3000001, 3000009), 3000010]}
+    assert stats.ipv6 == stats.packets
+
+
 def test_cli_writes_a_corpus_and_compare_needs_snort(tmp_path: Path) -> None:
     rules = tmp_path / "r.rules"
     rules.write_text(RULES)
@@ -167,6 +212,15 @@ def test_cli_writes_a_corpus_and_compare_needs_snort(tmp_path: Path) -> None:
         r"8 rule flows and 3 benign, \d+ bytes of IP; rules not generated: 1 ", run.stdout
     )
     assert out.stat().st_size > 1000
+    run = subprocess.run(
+        [sys.executable, "-m", "spm", "corpus", str(rules), "--out", str(out), "--ipv6"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert {bytes(f)[12:14] for f in rdpcap(str(out))} == {b"\x86\xdd"}  # IPv6 frames only
     env_path = "/nonexistent"
     run = subprocess.run(
         [sys.executable, "-m", "spm", "corpus", str(rules), "--out", str(out), "--compare"],

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from scapy.layers.inet import IP
+from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.packet import Packet, Padding
 from scapy.utils import PcapNgWriter, PcapWriter, wrpcap
@@ -45,7 +46,7 @@ def _ether(raw: bytes, ts: float, vlans: tuple[int, ...] = ()) -> Packet:
     frame: Packet = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
     for vid in vlans:
         frame = frame / Dot1Q(vlan=vid)
-    frame = frame / IP(raw)
+    frame = frame / (IPv6(raw) if raw[0] >> 4 == 6 else IP(raw))
     if len(frame) < 60:
         frame = frame / Padding(b"\0" * (60 - len(frame)))
     frame.time = ts
@@ -53,14 +54,14 @@ def _ether(raw: bytes, ts: float, vlans: tuple[int, ...] = ()) -> Packet:
 
 
 def _raw(raw: bytes, ts: float) -> Packet:
-    pkt: Packet = IP(raw)
+    pkt: Packet = IPv6(raw) if raw[0] >> 4 == 6 else IP(raw)
     pkt.time = ts
     return pkt
 
 
-def _http(path: str = "/evil/x") -> list[bytes]:
+def _http(path: str = "/evil/x", client: str = CLIENT, server: str = SERVER) -> list[bytes]:
     """A handshake, a GET of `path` (its 4th packet, at T0 + 0.75 below), and a response."""
-    conv = TcpConversation(client=CLIENT, server=SERVER)
+    conv = TcpConversation(client=client, server=server)
     return (
         conv.handshake()
         + conv.send(True, http_get(path))
@@ -98,6 +99,7 @@ def _http_alert(ts: str = "2023-11-14T22:13:20.750000+0000", spm: str = "replay"
         "dest_ip": SERVER,
         "dest_port": 80,
         "proto": "TCP",
+        "ip_v": 4,
         "alert": {
             "action": "allowed",
             "gid": 1,
@@ -154,6 +156,7 @@ def test_udp_rule_fires_in_a_raw_ip_capture(tmp_path: Path, linktype: int) -> No
             "dest_ip": "192.0.2.53",
             "dest_port": 53,
             "proto": "UDP",
+            "ip_v": 4,
             "alert": {
                 "action": "allowed",
                 "gid": 1,
@@ -225,6 +228,98 @@ def test_configuration_supplies_rules_variables_and_name(tmp_path: Path) -> None
     assert not replay_config(config, [], {}).av.enabled
 
 
+# --- IPv6 ---------------------------------------------------------------------------------------
+
+CLIENT6, SERVER6 = "2001:db8:1::10", "2001:db8:2::80"
+RULES6 = (
+    'alert tcp $HOME_NET any -> [10.9.9.9,2001:db8:2::/64] 80 (msg:"v6 uri"; http_uri; '
+    'content:"/evil"; sid:1000006; rev:2;)\n'
+)
+
+
+def test_ipv6_http_capture_gives_the_alert_with_the_ipv6_addresses(tmp_path: Path) -> None:
+    """An IPv6 HTTP flow in an Ethernet capture, beside an IPv4 one: the IPv6 rule (its header
+    a mixed list, HOME_NET of both families) fires on the IPv6 flow only, its record written
+    with the addresses as Suricata writes them and the flow's Community ID."""
+    pcap = tmp_path / "v6.pcap"
+    raws = _http(client=CLIENT6, server=SERVER6) + _http()
+    wrpcap(str(pcap), [_ether(r, T0 + i * 0.25) for i, r in enumerate(raws)])
+    rules = tmp_path / "v6.rules"
+    rules.write_text(RULES6)
+    out = io.StringIO()
+    home = {"HOME_NET": "[10.0.0.0/8,2001:db8:1::/48]"}
+    stats = replay(pcap, replay_config(None, [rules], home), EveLog("-", "replay", stream=out))
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert records == [
+        {
+            "timestamp": "2023-11-14T22:13:20.750000+0000",
+            "event_type": "alert",
+            "spm": "replay",
+            "community_id": community_id_str(6, CLIENT6, SERVER6, 40000, 80),
+            "src_ip": "2001:0db8:0001:0000:0000:0000:0000:0010",
+            "src_port": 40000,
+            "dest_ip": "2001:0db8:0002:0000:0000:0000:0000:0080",
+            "dest_port": 80,
+            "proto": "TCP",
+            "ip_v": 6,
+            "alert": {
+                "action": "allowed",
+                "gid": 1,
+                "signature_id": 1000006,
+                "rev": 2,
+                "signature": "v6 uri",
+                "category": "",
+                "severity": 3,
+                "source": "ips",
+            },
+        }
+    ]
+    assert (stats.packets, stats.ip, stats.ipv6, stats.inspected) == (14, 14, 7, 14)
+    assert (stats.alerts, stats.flows, dict(stats.skipped)) == (1, 2, {})
+    assert "14 IP packets inspected (7 IPv6), 0 skipped, 1 alerts, 2 flows" in stats.summary()
+
+
+@pytest.mark.parametrize(("linktype", "family"), [(101, 4), (101, 6), (228, 4), (229, 6)])
+def test_raw_ip_link_types_carry_their_family(tmp_path: Path, linktype: int, family: int) -> None:
+    """Link type 101 (raw IP) carries both families; 228 only IPv4, 229 only IPv6: a packet of
+    the other family there is skipped."""
+    client, resolver = ("10.0.0.1", "192.0.2.53") if family == 4 else (CLIENT6, "2001:db8::53")
+    other = ("10.0.0.1", "192.0.2.53") if family == 6 else (CLIENT6, "2001:db8::53")
+    query = udp(client, resolver, 5353, 53, b"\x12\x34badname")
+    wrong = udp(*other, 5353, 53, b"\x12\x34badname")
+    pcap = tmp_path / "dns.pcap"
+    wrpcap(str(pcap), [_raw(query, T0), _raw(wrong, T0 + 1)], linktype=linktype)
+    records, stats = _replay(tmp_path, pcap)
+    expected_ids = [community_id_str(17, client, resolver, 5353, 53)]
+    if linktype == 101:
+        expected_ids.append(community_id_str(17, *other, 5353, 53))
+    assert [r["community_id"] for r in records] == expected_ids
+    assert records[0]["ip_v"] == family
+    assert dict(stats.skipped) == ({} if linktype == 101 else {"not ip": 1})
+
+
+def test_ipv6_extension_headers_and_a_vlan_tag_are_walked(tmp_path: Path) -> None:
+    from scapy.layers.inet import TCP, UDP
+    from scapy.layers.inet6 import IPv6ExtHdrDestOpt, IPv6ExtHdrHopByHop, IPv6ExtHdrRouting
+    from scapy.packet import Raw
+
+    query = (
+        IPv6(src=CLIENT6, dst="2001:db8::53")
+        / IPv6ExtHdrHopByHop()
+        / IPv6ExtHdrRouting(addresses=["2001:db8::53"], segleft=0)
+        / IPv6ExtHdrDestOpt()
+        / UDP(sport=5353, dport=53)
+        / Raw(b"\x12\x34badname")
+    )
+    probe = IPv6(src=CLIENT6, dst="2001:db8::80") / TCP(sport=1, dport=80, flags="S")
+    pcap = tmp_path / "ext.pcap"
+    wrpcap(str(pcap), [_ether(bytes(query), T0, vlans=(7,)), _ether(bytes(probe), T0 + 1)])
+    records, stats = _replay(tmp_path, pcap)
+    assert [r["alert"]["signature_id"] for r in records] == [1000002]
+    assert records[0]["dest_ip"] == "2001:0db8:0000:0000:0000:0000:0000:0053"
+    assert (stats.inspected, stats.ipv6, stats.flows) == (2, 2, 2)
+
+
 # --- bad input ----------------------------------------------------------------------------------
 
 
@@ -282,7 +377,7 @@ def test_cli_writes_eve_to_stdout_or_a_file_and_a_summary_to_stderr(tmp_path: Pa
     assert out.returncode == 0, out.stderr
     assert [json.loads(line) for line in out.stdout.splitlines()] == [_http_alert()]
     assert (
-        f"replay {pcap} (pcap, engine builtin): 8 packets read, 7 IPv4 packets inspected, "
+        f"replay {pcap} (pcap, engine builtin): 8 packets read, 7 IP packets inspected, "
         "1 skipped (arp 1), 1 alerts, 1 flows"
     ) in out.stderr
     eve = tmp_path / "eve.json"
@@ -415,15 +510,22 @@ def test_engine_snort_turns_snorts_alerts_into_the_same_records(tmp_path: Path) 
     expected = _http_alert()
     expected["alert"]["source"] = "snort"
     assert [json.loads(x) for x in out.stdout.splitlines()] == [expected]
-    assert "engine snort): 7 packets read, 7 IPv4 packets, 0 others, 1 alerts" in out.stderr
+    assert "engine snort): 7 packets read, 7 IP packets, 0 others, 1 alerts" in out.stderr
 
 
-def test_real_snort_and_the_builtin_engine_agree(tmp_path: Path) -> None:
+@pytest.mark.parametrize("family", [4, 6])
+def test_real_snort_and_the_builtin_engine_agree(tmp_path: Path, family: int) -> None:
     snort = find_snort_binary()
     if snort is None:
         pytest.skip("Snort 3 is not installed (no snort on PATH, no /opt/snort/bin/snort)")
     pcap = tmp_path / "mixed.pcap"
-    raws = [*_http(), udp(CLIENT, "192.0.2.53", 5353, 53, b"\x12\x34badname")]
+    client, server, resolver = (
+        (CLIENT, SERVER, "192.0.2.53") if family == 4 else (CLIENT6, SERVER6, "2001:db8::53")
+    )
+    raws = [
+        *_http(client=client, server=server),
+        udp(client, resolver, 5353, 53, b"\x12\x34badname"),
+    ]
     wrpcap(str(pcap), [_ether(r, ts) for r, ts in _timed(raws)])
     builtin, _stats = _replay(tmp_path, pcap)
     snorted, stats = _replay(tmp_path, pcap, engine="snort", snort=snort)

@@ -217,19 +217,22 @@ def _snort_and_rules() -> str:
     return snort
 
 
-def _agree(tmp_path: Path, rules: Path, seed: int, snort: str, at_least: int) -> None:
-    corpus = generate(load_ruleset([str(rules)], {}), seed)
+def _agree(
+    tmp_path: Path, rules: Path, seed: int, snort: str, at_least: int, family: int = 4
+) -> None:
+    corpus = generate(load_ruleset([str(rules)], {}), seed, family=family)
     assert len(corpus.rule_flows) > at_least
     pcap = tmp_path / "corpus.pcap"
     corpus.write_pcap(pcap)
     _check(compare(corpus, pcap, [rules], snort), corpus)
 
 
-@pytest.mark.parametrize("seed", [0, 7])
+@pytest.mark.parametrize(("seed", "family"), [(0, 4), (7, 4), (5, 6)])
 def test_engines_agree_on_a_corpus_of_the_enabled_community_rules(
-    tmp_path: Path, seed: int
+    tmp_path: Path, seed: int, family: int
 ) -> None:
-    _agree(tmp_path, COMMUNITY, seed, _snort_and_rules(), at_least=500)
+    """Over IPv4, and over IPv6 (every flow of the corpus IPv6)."""
+    _agree(tmp_path, COMMUNITY, seed, _snort_and_rules(), at_least=500, family=family)
 
 
 def test_engines_agree_on_a_corpus_of_all_community_rules(tmp_path: Path) -> None:
