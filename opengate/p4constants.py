@@ -231,7 +231,7 @@ ACTION_PARAMS: dict[str, tuple[str, ...]] = {
     "session_forward": ("class_id", "spm_port", "spm_mac", "nat_kind", "nat_addr", "nat_port", "nat_before_spm"),
     "session_miss": (),
     "session_v6_block": (),
-    "session_v6_forward": (),
+    "session_v6_forward": ("class_id", "spm_port", "spm_mac"),
     "session_v6_miss": (),
     "set_acl2_addr_index": ("index",),
     "set_acl2_port_index": ("index",),

@@ -116,9 +116,17 @@ def prefix_match(text: str, hi_name: str, lo_name: str) -> dict[str, MatchValue]
 
 
 def session_v6_entry(
-    src: str, dst: str, proto: int, sport: int, dport: int, *, block: bool = False
+    src: str,
+    dst: str,
+    proto: int,
+    sport: int,
+    dport: int,
+    *,
+    class_id: int = 0,
+    spm_port: int = 0,
+    block: bool = False,
 ) -> TableEntry:
-    """One direction of an IPv6 session, as the controller writes it."""
+    """One direction of an IPv6 session, as the controller writes it (SPM MACs from SPM_MAC)."""
     src_hi, src_lo = halves(src)
     dst_hi, dst_lo = halves(dst)
     match: dict[str, MatchValue] = {
@@ -130,8 +138,14 @@ def session_v6_entry(
         "l4_sport": Exact(sport),
         "l4_dport": Exact(dport),
     }
-    action = pc.A_SESSION_V6_BLOCK if block else pc.A_SESSION_V6_FORWARD
-    return TableEntry.make(pc.T_SESSION_V6, match, action)
+    if block:
+        return TableEntry.make(pc.T_SESSION_V6, match, pc.A_SESSION_V6_BLOCK)
+    params = {
+        "class_id": class_id,
+        "spm_port": spm_port,
+        "spm_mac": mac(SPM_MAC[spm_port]) if spm_port else 0,
+    }
+    return TableEntry.make(pc.T_SESSION_V6, match, pc.A_SESSION_V6_FORWARD, params)
 
 
 def route_v6_entry(prefix: str, port: int, next_hop_mac: str, router_mac: str) -> TableEntry:

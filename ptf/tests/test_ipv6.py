@@ -38,7 +38,18 @@ from opengate.testbed import (
     session_v6_entry,
 )
 
-from opengate_test import GW_MAC, HOST_IN_MAC, HOST_OUT_MAC, INSIDE, OUTSIDE, OpenGateTest
+from opengate_test import (
+    GW_MAC,
+    HOST_IN_MAC,
+    HOST_OUT_MAC,
+    INSIDE,
+    OUTSIDE,
+    SPM_A,
+    SPM_MAC,
+    TAG_BASE,
+    OpenGateTest,
+    tag_mac,
+)
 
 SOLICITED_GW6_IN = "ff02::1:ff00:1"  # the solicited-node group of 2001:db8:1::1
 SOLICITED_MAC = "33:33:ff:00:00:01"
@@ -506,3 +517,38 @@ class NoRouteFromInsideGoesToTheCpm(Ipv6Test):
             )
             self.expect_packet_in(INSIDE, bytes(echo), pc.CPU_REASON_NO_ROUTE)
         testutils.verify_no_other_packets(self)
+
+
+# -- inspection --------------------------------------------------------------------------------
+
+
+class InspectedSessionVisitsItsSpm(Ipv6Test):
+    """A session pinned to SPM A: each direction goes there first, tagged (destination the SPM's
+    MAC, source the NPM's tag with the NAT bit clear), unchanged otherwise; back with the tag it
+    is routed (hop limit one less). A tagged packet of no session is dropped (NO_SESSION)."""
+
+    def runTest(self) -> None:
+        self.insert(session_v6_entry(HOST6_IN, HOST6_OUT, 6, 40000, 80, class_id=3, spm_port=SPM_A))
+        self.insert(session_v6_entry(HOST6_OUT, HOST6_IN, 6, 80, 40000, class_id=3, spm_port=SPM_A))
+        packet = tcp6(flags="PA", payload=b"GET / HTTP/1.0\r\n\r\n")
+        testutils.send_packet(self, INSIDE, bytes(packet))
+        to_spm = Ether(bytes(packet))
+        to_spm[Ether].dst = SPM_MAC[SPM_A]
+        to_spm[Ether].src = tag_mac(TAG_BASE)
+        testutils.verify_packet(self, bytes(to_spm), SPM_A)
+        back = Ether(bytes(packet))
+        back[Ether].src = SPM_MAC[SPM_A]
+        back[Ether].dst = tag_mac(TAG_BASE)
+        testutils.send_packet(self, SPM_A, bytes(back))
+        testutils.verify_packet(self, routed6(back, OUTSIDE, HOST_OUT_MAC), OUTSIDE)
+        answer = reply6(flags="A")
+        testutils.send_packet(self, OUTSIDE, bytes(answer))
+        to_spm = Ether(bytes(answer))
+        to_spm[Ether].dst = SPM_MAC[SPM_A]
+        to_spm[Ether].src = tag_mac(TAG_BASE)
+        testutils.verify_packet(self, bytes(to_spm), SPM_A)
+        testutils.verify_no_other_packets(self)
+        stray = Ether(bytes(tcp6(sport=41000, flags="A")))
+        stray[Ether].src = SPM_MAC[SPM_A]
+        stray[Ether].dst = tag_mac(TAG_BASE)
+        self.assert_dropped(SPM_A, bytes(stray), pc.DROP_NO_SESSION)

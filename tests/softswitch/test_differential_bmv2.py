@@ -335,6 +335,8 @@ def session_entries() -> list[TableEntry]:
         session_v6_entry(HOST6_IN, HOST6_OUT, 58, 0x77, 0),
         session_v6_entry(HOST6_OUT, HOST6_IN, 58, 0, 0x77),
         session_v6_entry(HOST6_IN, HOST6_OUT, 6, 40003, 80, block=True),
+        session_v6_entry(HOST6_IN, HOST6_OUT, 6, 40002, 80, class_id=INSPECTED, spm_port=SPM_A),
+        session_v6_entry(HOST6_OUT, HOST6_IN, 6, 80, 40002, class_id=INSPECTED, spm_port=SPM_A),
     ]
 
 
@@ -429,6 +431,14 @@ def tcp6(
     return bytes(eth / ip6 / TCP(sport=sport, dport=dport, flags=flags, seq=1000) / payload)
 
 
+def _tagged(frame: bytes) -> bytes:
+    """`frame` as SPM A returns it: from its MAC to this NPM's tag."""
+    packet = Ether(frame)
+    packet[Ether].src = SPM_MAC[SPM_A]
+    packet[Ether].dst = tag_mac(TAG_BASE)
+    return bytes(packet)
+
+
 def ipv6_stimuli() -> list[Stimulus]:
     """One stimulus per behaviour of control/ipv6.p4 (and of PTF's test_ipv6)."""
     get = b"GET / HTTP/1.0\r\n\r\n"
@@ -470,6 +480,11 @@ def ipv6_stimuli() -> list[Stimulus]:
         Frame(INSIDE, tcp6(flags="PA", payload=get)),  # session hit, /128 route
         Frame(OUTSIDE, tcp6(HOST6_OUT, HOST6_IN, 80, 40000, "A")),  # its reply
         Frame(INSIDE, tcp6(sport=40003)),  # blocked
+        Frame(INSIDE, tcp6(sport=40002, flags="PA", payload=get)),  # inspected: to SPM A
+        Frame(OUTSIDE, tcp6(HOST6_OUT, HOST6_IN, 80, 40002, "A")),  # its reply: to SPM A
+        Frame(SPM_A, _tagged(tcp6(sport=40002, flags="PA", payload=get))),  # back: routed
+        Frame(SPM_A, _tagged(tcp6(HOST6_OUT, HOST6_IN, 80, 40002, "A"))),
+        Frame(SPM_A, _tagged(tcp6(sport=40999, flags="PA"))),  # back, no session
         Frame(INSIDE, tcp6(flags="FA")),  # session-close digest
         Frame(INSIDE, tcp6(ext=chain, payload=get)),  # extension headers walked
         Frame(INSIDE, tcp6(ext=IPv6ExtHdrDestOpt() / IPv6ExtHdrHopByHop())),  # out of order

@@ -2,6 +2,10 @@
 // firewalling by sessions the CPM installs, routing, and the packets the CPM answers (hop limit
 // run out, no route, a ping of the gateway). docs/explanation/ipv6.md walks through it.
 //
+// Inspection: a session's entry may pin its flow to an SPM (the CPM chose the class and the
+// pool's member when it set the session up); both directions go there first, tagged as IPv4's
+// are, and are routed when they come back with the tag.
+//
 // A flow opens by its first packet (a TCP SYN, any UDP datagram, an ICMPv6 echo request) that the
 // ACL permits: it goes to the CPM (CPU_REASON_SESSION_V6), which installs the session's two exact
 // entries (original and reply direction) in session_v6 and sends the packet back through the
@@ -48,9 +52,15 @@ control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
     @name(".session_v6_counter")
     OG_DIRECT_COUNTER(session_v6_counter);
 
+    // spm_port 0: no inspection (or bypassed); otherwise the SPM the CPM pinned the flow to,
+    // which both directions visit before they are routed (IPv6 is not translated, so there is
+    // no NAT to do before or after it).
     @name(".session_v6_forward")
-    action session_v6_forward() {
+    action session_v6_forward(class_id_t class_id, port_id_t spm_port, mac_addr_t spm_mac) {
         meta.session_hit = 1;
+        meta.session_class = class_id;
+        meta.spm_port = spm_port;
+        meta.spm_mac = spm_mac;
         OG_DIRECT_COUNT(session_v6_counter);
     }
 
@@ -248,8 +258,15 @@ control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
                 // the CPM answers (destination unreachable, or an echo reply).
                 meta.to_cpu = 1;
                 meta.cpu_reason = CPU_REASON_NO_ROUTE;
+            } else if (meta.session_hit == 1 && meta.spm_port != 0 && meta.returned == 0) {
+                // To the session's SPM (the route's verdict holds when it comes back).
+                meta.meter_class = meta.session_class;
             } else if (meta.session_hit == 1) {
+                meta.meter_class = meta.session_class;
                 meta.drop_fwd = meta.route_drop;
+            } else if (meta.returned == 1) {
+                // Back from an SPM, and its session is gone: no session admits it.
+                meta.drop_setup = DROP_NO_SESSION;
             } else if (meta.acl_verdict == ACL_DENY) {
                 meta.drop_setup = DROP_ACL_DENY;
             } else if (meta.acl_verdict == ACL_TO_CPU) {
@@ -274,6 +291,11 @@ control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
             }
             if (meta.to_cpu == 1) {
                 meta.egress_port = CPU_PORT;
+            } else if (meta.session_hit == 1 && meta.spm_port != 0 && meta.returned == 0) {
+                // Towards the SPM: the tag rides in the source MAC (NAT bit 0: nothing to do).
+                meta.egress_port = meta.spm_port;
+                hdr.ethernet.dst_addr = meta.spm_mac;
+                hdr.ethernet.src_addr = TAG_MAC_PREFIX ++ meta.tag_base;
             } else if (meta.routed == 1 && hdr.ipv6.hop_limit[7:1] != 0) {
                 hdr.ipv6.hop_limit = hdr.ipv6.hop_limit - 1;
                 hdr.ethernet.dst_addr = meta.next_hop_mac;
