@@ -134,3 +134,61 @@ def test_reports_reach_a_cpm_listening_on_a_unix_socket(tmp_path: Any) -> None:
         client.stop(drain_timeout=0.5)
         server.shutdown()
         server.server_close()
+
+
+def test_an_ipv6_flows_alert_and_bypass_request_are_what_the_cpm_api_takes(
+    client: CpmClient, port: int
+) -> None:
+    """A worker's alert and bypass request for IPv6 flows, posted as the daemon posts them: the
+    5-tuple carries the addresses as text, and the CPM API's request models (controller.api)
+    validate both bodies to the same flow."""
+    from controller.api import Alert as ApiAlert
+    from controller.api import Bypass as ApiBypass
+    from opengate.snort.rules import parse_rule
+    from spm.config import BypassConfig, SpmConfig
+    from spm.ips.engine import BuiltinEngine, RuleSet
+    from spm.pool import event_dict
+    from spm.verdict import Alert, BypassRequest
+    from spm.worker import Worker
+    from tests.spm.spm_packets import TcpConversation
+
+    rule = parse_rule('drop tcp any any -> 2001:db8::/32 80 (msg:"v6"; content:"evil"; sid:61;)')
+    cfg = SpmConfig(
+        name="spm7",
+        interface="eth0",
+        tags=(1,),
+        bypass=BypassConfig(classes=("tls",), after_bytes=100),
+    )
+    worker = Worker(cfg, BuiltinEngine(RuleSet([rule], {})))
+    bad = TcpConversation(client="2001:db8:1::10", server="2001:db8::80")
+    tls = TcpConversation(client="2001:db8:1::10", server="2001:db8::443", sport=443)
+    for p in bad.handshake() + bad.send(True, b"an evil request"):
+        worker.process(p)
+    for p in tls.handshake() + tls.send(True, b"\x16\x03\x01\x00\xc8" + bytes(200)):
+        worker.process(p)
+    alert = next(e for e in worker.events if isinstance(e, Alert))
+    bypass = next(e for e in worker.events if isinstance(e, BypassRequest))
+    cpm = _Cpm(port)
+    try:
+        client.send_alert(event_dict(alert))
+        client.request_bypass(event_dict(bypass))
+        wait_for("both posts", lambda: len(cpm.paths()) == 2, 5)
+        with cpm.lock:
+            bodies = {p.rsplit("/", 1)[1]: b for p, _a, b in cpm.received}
+    finally:
+        cpm.close()
+    flow = {"proto": "tcp", "src": "2001:db8:1::10", "dst": "2001:db8::80"}
+    assert bodies["alerts"]["flow"] == {**flow, "sport": bad.cport, "dport": 80}
+    assert bodies["alerts"]["action"] == "block" and bodies["alerts"]["sid"] == 61
+    assert bodies["bypass"]["flow"] == {
+        **flow,
+        "dst": "2001:db8::443",
+        "sport": tls.cport,
+        "dport": 443,
+    }
+    api_alert = ApiAlert.model_validate(bodies["alerts"])
+    api_bypass = ApiBypass.model_validate(bodies["bypass"])
+    assert api_alert.flow is not None
+    assert api_alert.flow.model_dump() == bodies["alerts"]["flow"]
+    assert api_bypass.flow.model_dump() == bodies["bypass"]["flow"]
+    assert api_alert.community_id == alert.community_id

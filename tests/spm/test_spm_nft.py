@@ -34,6 +34,9 @@ def test_nft_script_maps_each_tag_mac_to_its_mark_and_queues_only_tagged_packets
     assert "02:4f:47:00:02:03 : 0x4f000203" in script
     assert "meta mark & 0xff010000 == 0x4f000000 counter queue num 4 bypass" in script
     assert "notrack" in script
+    # IPv6 has no send_redirects sysctl: the SPM's own ICMPv6 redirects out of it are dropped
+    assert 'oifname "ogt0" icmpv6 type nd-redirect counter drop' in script
+    assert "@blocked6" in script and "ip6 saddr . meta l4proto . th sport" in script
     fail_closed = _plan(fail_open=False).nft_script(with_queue=True)
     assert "queue num 4\n" in fail_closed
     assert "queue" not in _plan().nft_script(with_queue=False).replace("to_queue", "")
