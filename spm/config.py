@@ -13,7 +13,8 @@ Example (every key but `name`, `interface` and `tags` has a default)::
       enabled: yes
       engine: auto                # auto (snort if installed) | builtin | snort
       rules: [/etc/opengate/community.rules]
-      variables: {HOME_NET: "10.0.0.0/8", EXTERNAL_NET: "!$HOME_NET"}
+      variables: {HOME_NET: "[10.0.0.0/8,2001:db8:1::/48]", EXTERNAL_NET: "!$HOME_NET"}
+                                  # both families may mix; quote IPv6 (YAML reads 1:2:3 as a number)
       alert_action: alert         # what a matching `alert` rule does inline: alert | drop
     av:
       enabled: yes                # with Snort inspecting, the AV runs after it (a second queue)

@@ -12,9 +12,9 @@ as protocols of their own. A fragment header with offset 0 and M clear (an atomi
 6946) is not a fragment. The first fragment of a datagram decodes its L4 header (a UDP length
 beyond the fragment is expected there); a later one has no L4 header (`first_fragment` False).
 
-Not supported: IP options are skipped, not interpreted; IPv4/IPv6 fragments are not reassembled
-here (conntrack's defragmentation runs before the queue); IPv6 jumbograms (payload length 0);
-tunnels (GRE, IP-in-IP) are not decapsulated.
+Not supported: IP options are skipped, not interpreted; IPv4/IPv6 fragments are not reassembled,
+here or before the queue (the SPM keeps conntrack, and with it the kernel's defragmentation, off
+its packets); IPv6 jumbograms (payload length 0); tunnels (GRE, IP-in-IP) are not decapsulated.
 """
 
 from __future__ import annotations

@@ -10,8 +10,13 @@ worker, see `spm.reassembly`), the PDUs and HTTP bodies the IPS looks at (16 KiB
 limits.http_depth per direction, limits.inspect_total_bytes per worker: past it, packets are
 inspected one by one and their bytes not kept), AV objects (`spm.av.inspector`).
 
-Not supported: IP fragments that reach the queue un-reassembled (accepted, counted as
-`fragments_uninspected`; with conntrack active the kernel reassembles before the queue).
+Both families alike: flows, streams and rules see IPv4 and IPv6 packets the same way (a flow is
+keyed by its Community ID, its ends are 4- or 16-byte addresses).
+
+Not supported: reassembling IP fragments. Fragments of either family reach the queue as they
+came (the SPM keeps conntrack, and with it the kernel's defragmentation, off its packets): a first
+fragment is inspected as far as it goes, a later one is accepted uninspected and counted as
+`fragments_uninspected`.
 """
 
 from __future__ import annotations
