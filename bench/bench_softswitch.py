@@ -6,7 +6,14 @@ tables that controller/hsm compiles from the ClassBench set acl1_1k, all PERMIT)
 * session hit: TCP segments of the 1,000 installed sessions, inside -> outside, routed out;
 * HSM miss: TCP SYNs / UDP datagrams without a session, drawn inside the ClassBench rules, so
   every one runs the five segment lookups and the aggregation tables, is permitted, reported with
-  a session-request digest and routed out.
+  a session-request digest and routed out;
+* IPv6 session hit: TCP segments of 1,000 installed IPv6 sessions (session_v6), routed out by an
+  IPv6 default route, hop limit decremented;
+* IPv6 ACL miss (in process only): IPv6 TCP SYNs without a session through ipv6_acl holding the
+  same ClassBench rules with their addresses moved into 2001:db8::/32 (a /n becomes a /32+n), so
+  every one is classified by the priority table, permitted and sent to the CPM as a packet-in
+  (IPv6 sessions are set up by the CPM: docs/explanation/ipv6.md); the IPv4 figure to compare
+  it with is the HSM miss.
 
 Measured in process (the software switch's engine alone: `Dataplane.process` in a loop, no
 sockets, wall clock) and end to end through veth pairs, for the software switch and for BMv2's
@@ -37,13 +44,14 @@ from typing import Any
 
 from finsy.proto import p4r
 from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 
 from bench.csender import c_send
 from controller.hsm.compile import compile_hsm
 from controller.hsm.rules import AclRule, parse_classbench
 from opengate import p4constants as pc
-from opengate.entries import Exact, Lpm, MatchValue, TableEntry
+from opengate.entries import Exact, Lpm, MatchValue, TableEntry, Ternary
 from opengate.fields import Prefix
 from opengate.netutil import require_root, veth_pairs
 from opengate.p4info import P4Schema
@@ -59,7 +67,16 @@ from opengate.target import (
     select_target,
     shared_data_dir,
 )
-from opengate.testbed import HOST_IN_MAC, INSIDE, OUTSIDE, TAG_BASE, ip
+from opengate.testbed import (
+    HOST_IN_MAC,
+    INSIDE,
+    OUTSIDE,
+    TAG_BASE,
+    ip,
+    ipv6_acl_entry,
+    route_v6_entry,
+    session_v6_entry,
+)
 from softswitch.native.dataplane import NativeDataplane
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.switch import Switch
@@ -109,6 +126,7 @@ def base_entries() -> list[TableEntry]:
             pc.T_NPM_IDENTITY, {}, pc.A_SET_NPM_IDENTITY, {"tag_base": TAG_BASE}, is_default=True
         )
     )
+    entries.append(route_v6_entry("::/0", OUTSIDE, "00:00:00:00:02:20", "02:00:00:00:00:02"))
     return entries
 
 
@@ -140,6 +158,80 @@ def session_entries() -> list[TableEntry]:
     return out
 
 
+def session_v6_flow(i: int) -> tuple[str, str, int, int]:
+    return f"2001:db8:1::{i + 1:x}", f"2001:db8:2::{i % 250 + 1:x}", 20000 + i, 443
+
+
+def session_v6_entries() -> list[TableEntry]:
+    return [
+        session_v6_entry(*session_v6_flow(i)[:2], 6, *session_v6_flow(i)[2:])
+        for i in range(SESSIONS)
+    ]
+
+
+def _v6_prefix(prefix: Prefix) -> str:
+    """An IPv4 prefix moved into 2001:db8::/32: its bits follow the /32."""
+    value = (0x20010DB8 << 96) | (prefix.value << 64)
+    return f"{ipaddress.IPv6Address(value)}/{32 + prefix.length}"
+
+
+def _v6_address(rng: random.Random, prefix: Prefix) -> str:
+    host = rng.getrandbits(32 - prefix.length) if prefix.length < 32 else 0
+    value = (0x20010DB8 << 96) | ((prefix.value | host) << 64) | rng.getrandbits(64)
+    return str(ipaddress.IPv6Address(value))
+
+
+def ipv6_acl_entries(rules: Sequence[AclRule]) -> list[TableEntry]:
+    """The ClassBench rules as ipv6_acl entries, first rule first (one entry per rule: these
+    rules have one prefix, range and protocol each), all permitting."""
+    out = []
+    for i, rule in enumerate(rules):
+        proto = rule.proto[0]
+        entry = ipv6_acl_entry(
+            len(rules) - i,
+            pc.A_IPV6_ACL_PERMIT,
+            i,
+            src=_v6_prefix(rule.src[0]),
+            dst=_v6_prefix(rule.dst[0]),
+            sport=(rule.sport[0].low, rule.sport[0].high),
+            dport=(rule.dport[0].low, rule.dport[0].high),
+        )
+        if proto.mask:
+            match = dict(entry.match)
+            match["ip_proto"] = Ternary(proto.value, proto.mask)
+            entry = TableEntry.make(
+                entry.table, match, entry.action, dict(entry.params), priority=entry.priority
+            )
+        out.append(entry)
+    return out
+
+
+def _frame6(src: str, dst: str, sport: int, dport: int, flags: str = "A", size: int = 64) -> bytes:
+    headers = Ether(src=HOST_IN_MAC, dst="02:00:00:00:00:01") / IPv6(src=src, dst=dst, hlim=64)
+    headers = headers / TCP(sport=sport, dport=dport, flags=flags)
+    return bytes(headers / (b"x" * max(0, size - len(headers))))
+
+
+def miss_frames_v6(rules: Sequence[AclRule], count: int, seed: int = 7) -> list[bytes]:
+    """IPv6 TCP SYNs inside randomly chosen TCP rules (moved into 2001:db8::/32)."""
+    rng = random.Random(seed)
+    usable = [r for r in rules if any(p.contains(6) for p in r.proto)]
+    out = []
+    for _ in range(count):
+        rule = rng.choice(usable)
+        sport, dport = rng.choice(rule.sport), rng.choice(rule.dport)
+        out.append(
+            _frame6(
+                _v6_address(rng, rng.choice(rule.src)),
+                _v6_address(rng, rng.choice(rule.dst)),
+                rng.randint(sport.low, sport.high),
+                rng.randint(dport.low, dport.high),
+                flags="S",
+            )
+        )
+    return out
+
+
 @dataclass(slots=True)
 class Workload:
     updates: list[p4r.Update]
@@ -147,6 +239,9 @@ class Workload:
     misses: list[bytes]
     big_hits: list[bytes]  # the same flows, FRAME_SIZES[1]-byte frames
     big_misses: list[bytes]
+    v6_hits: list[bytes]
+    v6_big_hits: list[bytes]
+    v6_misses: list[bytes]
     hsm_entries: int
     rules: int
     compile_seconds: float
@@ -228,15 +323,22 @@ def build_workload(schema: P4Schema) -> Workload:
     started = time.perf_counter()
     compiled = compile_hsm(rules, [], partitioned=True)  # the v1model program: a hybrid
     compile_seconds = time.perf_counter() - started
-    updates = entry_updates(schema, base_entries() + session_entries() + list(compiled.entries))
+    entries = base_entries() + session_entries() + list(compiled.entries)
+    entries += session_v6_entries() + ipv6_acl_entries(rules)
+    updates = entry_updates(schema, entries)
     hits = [_frame(*session_flow(i)[:2], 6, *session_flow(i)[2:]) for i in range(SESSIONS)]
     misses = miss_frames(rules, 1000)
+    v6_hits = [_frame6(*session_v6_flow(i)) for i in range(SESSIONS)]
+    v6_big = [_frame6(*session_v6_flow(i), size=FRAME_SIZES[1]) for i in range(SESSIONS)]
     return Workload(
         updates,
         hits,
         misses,
         resized(hits, FRAME_SIZES[1]),
         resized(misses, FRAME_SIZES[1]),
+        v6_hits,
+        v6_big,
+        miss_frames_v6(rules, 1000),
         len(compiled.entries),
         len(rules),
         compile_seconds,
@@ -321,21 +423,33 @@ def c_loop_rate(dp: NativeDataplane, frames: Sequence[bytes], seconds: float) ->
     return rounds * len(frames) / elapsed
 
 
-def check_routed(dp: Any, frames: Sequence[bytes], what: str) -> None:
-    """Every frame of the workload must leave on the outside port (else the figure is wrong)."""
-    bad = [i for i, f in enumerate(frames) if [p for p, _ in dp.process(INSIDE, f)] != [OUTSIDE]]
+def check_routed(dp: Any, frames: Sequence[bytes], what: str, port: int = OUTSIDE) -> None:
+    """Every frame of the workload must leave on the outside port, or go to the CPU for the
+    IPv6 ACL miss (else the figure is wrong)."""
+    bad = [i for i, f in enumerate(frames) if [p for p, _ in dp.process(INSIDE, f)] != [port]]
     if bad:
-        raise RuntimeError(f"{what}: {len(bad)} of {len(frames)} frames not routed out")
+        where = "routed out" if port == OUTSIDE else "sent to the CPU"
+        raise RuntimeError(f"{what}: {len(bad)} of {len(frames)} frames not {where}")
 
 
-def workloads(work: Workload) -> list[tuple[str, list[bytes]]]:
+V6_MISS = "IPv6 ACL miss"
+
+
+def workloads(work: Workload, e2e: bool = False) -> list[tuple[str, list[bytes]]]:
+    """The paths and their frames; through veths, not the IPv6 ACL miss (its packets go to
+    the CPM over P4Runtime, not out of a port)."""
     small, big = FRAME_SIZES
-    return [
+    v6_small = len(work.v6_hits[0])
+    out = [
         (f"session hit, {small} B", work.hits),
         (f"session hit, {big} B", work.big_hits),
         (f"HSM miss, {small} B", work.misses),
         (f"HSM miss, {big} B", work.big_misses),
+        (f"IPv6 session hit, {v6_small} B", work.v6_hits),
+        (f"IPv6 session hit, {big} B", work.v6_big_hits),
+        (f"{V6_MISS}, {v6_small} B", work.v6_misses),
     ]
+    return [w for w in out if not (e2e and w[0].startswith(V6_MISS))]
 
 
 def in_process(schema: P4Schema, work: Workload, seconds: float) -> tuple[list[Row], float]:
@@ -357,7 +471,7 @@ def in_process(schema: P4Schema, work: Workload, seconds: float) -> tuple[list[R
                 )
                 continue
             for path, frames in workloads(work):
-                check_routed(dp, frames, path)
+                check_routed(dp, frames, path, pc.CPU_PORT if path.startswith(V6_MISS) else OUTSIDE)
                 fresh = path.startswith("HSM miss")
                 how = "in process, from Python" if dp.native else "in process"
                 rate = (
@@ -469,7 +583,7 @@ def end_to_end(
         P4RuntimeClient(sw.grpc_address, 1, 10).connect() as client,
     ):
         install_seconds = install(client, schema, work)
-        for path, frames in workloads(work):
+        for path, frames in workloads(work, e2e=True):
             good, bad = highest_rate(frames)
             note = (
                 f"above: {bad.rate:,.0f} offered, {bad.received / TRIAL_SECONDS:,.0f}/s out, "
@@ -522,13 +636,31 @@ def table(rows: Sequence[Row]) -> Iterator[str]:
             None,
         )
 
-    yield "| target | how | path | packets/s | vs BMv2 | vs the Python engine | notes |"
-    yield "|---|---|---|---:|---:|---:|---|"
+    def ipv4(row: Row) -> Row | None:
+        """The IPv4 row an IPv6 row compares with: the same target and way, the session hit
+        of the same size class, or the HSM miss for the ACL miss."""
+        if not row.path.startswith("IPv6 "):
+            return None
+        kind, _, size = row.path.removeprefix("IPv6 ").partition(", ")
+        small = size != f"{FRAME_SIZES[1]} B"
+        path = ("HSM miss" if kind == "ACL miss" else kind) + ", "
+        path += f"{FRAME_SIZES[0] if small else FRAME_SIZES[1]} B"
+        return next(
+            (r for r in rows if r.target == row.target and r.how == row.how and r.path == path),
+            None,
+        )
+
+    yield (
+        "| target | how | path | packets/s | vs BMv2 | vs the Python engine | IPv6 vs IPv4 "
+        "| notes |"
+    )
+    yield "|---|---|---|---:|---:|---:|---:|---|"
     for r in rows:
         pps = f"{r.pps:,.0f}" if r.pps is not None else "-"
         bmv2 = _vs(r, peer(BMV2_NAME, r)) if r.how == "veth end to end" else "-"
         python = _vs(r, peer(PYTHON_ENGINE, r))
-        yield f"| {r.target} | {r.how} | {r.path} | {pps} | {bmv2} | {python} | {r.note} |"
+        v4 = _vs(r, ipv4(r))
+        yield f"| {r.target} | {r.how} | {r.path} | {pps} | {bmv2} | {python} | {v4} | {r.note} |"
 
 
 def main(argv: list[str] | None = None) -> int:
