@@ -144,8 +144,9 @@ class Ipv4OptionsForwarded(OpenGateTest):
 
 
 class NonIpDropped(OpenGateTest):
-    """Frames that are neither IPv4 nor ARP (here IPv6) are dropped as UNSUPPORTED."""
+    """Frames that are neither IP nor ARP (here LLDP and MPLS) are dropped as UNSUPPORTED."""
 
     def runTest(self) -> None:
-        raw = bytes.fromhex("02000000000100000000011086dd") + bytes(40)
-        self.assert_dropped(INSIDE, raw, pc.DROP_UNSUPPORTED)
+        for ether_type in ("88cc", "8847"):
+            raw = bytes.fromhex("020000000001000000000110" + ether_type) + bytes(46)
+            self.assert_dropped(INSIDE, raw, pc.DROP_UNSUPPORTED)
