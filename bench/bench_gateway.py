@@ -1,5 +1,6 @@
 """Throughput of one TCP flow (iperf3, h1 -> out1) through the whole gateway in Mininet, on the
-selected target: without deep inspection, inspected by an SPM, and offloaded after 1 MiB (bypass).
+selected target: without deep inspection, inspected by an SPM, and offloaded after 1 MiB (bypass);
+each over IPv4 and over IPv6, side by side in the same topology.
 
     sudo .venv/bin/python -m bench.bench_gateway [--seconds 5]
 
@@ -26,7 +27,7 @@ from spm.replay import find_snort_binary
 from topo.model import ENGINE_ENV, load_topology, without_inspection
 from topo.net import GatewayNetwork
 
-OUT1 = "198.51.100.20"
+OUT1 = {4: "198.51.100.20", 6: "2001:db8:2::20"}
 
 
 def policy_without_inspection(policy: Path, folder: Path) -> Path:
@@ -41,8 +42,9 @@ def policy_without_inspection(policy: Path, folder: Path) -> Path:
     return target
 
 
-def measure(network: GatewayNetwork, seconds: int) -> dict[str, Any]:
-    result = network.run("h1", f"iperf3 -c {OUT1} -t {seconds} -J", timeout=seconds + 60)
+def measure(network: GatewayNetwork, seconds: int, family: int = 4) -> dict[str, Any]:
+    command = f"iperf3 -{family} -c {OUT1[family]} -t {seconds} -J --connect-timeout 10000"
+    result = network.run("h1", command, timeout=seconds + 60)
     if result.returncode != 0:
         return {"error": result.output.strip().splitlines()[-1:] or ["iperf3 failed"]}
     report = json.loads(result.output)
@@ -75,27 +77,37 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if find_snort_binary() is not None:
         scenarios.insert(2, ("inspected by an SPM, Snort 3 inline", spec, None))
-    rows = []
+    rows: list[tuple[str, int, dict[str, Any]]] = []
     for name, scenario_spec, bypass in scenarios:
         os.environ[ENGINE_ENV] = "snort" if "Snort" in name else "builtin"
         with GatewayNetwork(scenario_spec, run_dir, target=choice, spm_bypass=bypass) as network:
-            rows.append((name, measure(network, args.seconds)))
+            for family in (4, 6):
+                rows.append((name, family, measure(network, args.seconds, family)))
     print(
         f"One iperf3 TCP flow h1 -> out1, {args.seconds} s, target {choice.target.value}: "
-        "each path against the gateway without inspection\n"
+        "each path against the gateway without inspection, and IPv6 against IPv4\n"
     )
-    print("| path | Mbit/s | retransmits | vs without inspection | vs the built-in engine |")
-    print("|---|---:|---:|---:|---:|")
-    plain = rows[0][1].get("mbps")
-    builtin = dict(rows)["inspected by an SPM, built-in engine"].get("mbps")
-    for name, result in rows:
+    print(
+        "| path | IP | Mbit/s | retransmits | vs without inspection | vs the built-in engine "
+        "| IPv6 vs IPv4 |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|")
+    mbps_of = {(name, family): result.get("mbps") for name, family, result in rows}
+    for name, family, result in rows:
         if "error" in result:
-            print(f"| {name} | failed: {result['error'][0]} | | | |")
+            print(f"| {name} | IPv{family} | failed: {result['error'][0]} | | | | |")
             continue
         mbps = result["mbps"]
+        plain = mbps_of.get(("without inspection", family))
+        builtin = mbps_of.get(("inspected by an SPM, built-in engine", family))
         ratio = f"{mbps / plain:.2f}x" if plain else "-"
         engine = f"{mbps / builtin:.2f}x" if builtin and name.startswith("inspected") else "-"
-        print(f"| {name} | {mbps:.1f} | {result['retransmits']} | {ratio} | {engine} |")
+        v4 = mbps_of.get((name, 4))
+        versus = f"{mbps / v4:.2f}x" if family == 6 and v4 else "-"
+        print(
+            f"| {name} | IPv{family} | {mbps:.1f} | {result['retransmits']} | {ratio} | {engine} "
+            f"| {versus} |"
+        )
     return 0
 
 
