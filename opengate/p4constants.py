@@ -43,6 +43,8 @@ T_IPV6_ACL = "ipv6_acl"  # id 0x025e66a0
 T_NAT_DP_REVERSE = "nat_dp_reverse"  # id 0x0246eb20
 T_ND_RESPONDER = "nd_responder"  # id 0x02b0ae1e
 T_NPM_IDENTITY = "npm_identity"  # id 0x02fb2d36
+T_NPTV6_INBOUND = "nptv6_inbound"  # id 0x02a627ec
+T_NPTV6_OUTBOUND = "nptv6_outbound"  # id 0x02d5e1fc
 T_PORT_ROLE = "port_role"  # id 0x025bb45b
 T_PROTO_SEGMENT = "proto_segment"  # id 0x02e30e31
 T_ROUTER_MAC = "router_mac"  # id 0x02021334
@@ -76,6 +78,8 @@ A_ND_IGNORE = "nd_ignore"  # id 0x01965fa4
 A_NO_INSPECTION = "no_inspection"  # id 0x019335e8
 A_NO_ROUTE = "no_route"  # id 0x01727650
 A_NO_ROUTE_V6 = "no_route_v6"  # id 0x01bd677e
+A_NPT_REWRITE_DST = "npt_rewrite_dst"  # id 0x0149d454
+A_NPT_REWRITE_SRC = "npt_rewrite_src"  # id 0x0144d9ad
 A_PORT_FORWARD = "port_forward"  # id 0x01281df9
 A_PORT_FORWARD_DP = "port_forward_dp"  # id 0x01fbce6f
 A_REJECT_UNKNOWN_TAG = "reject_unknown_tag"  # id 0x0102d70d
@@ -188,6 +192,8 @@ MATCH_FIELDS: dict[str, tuple[str, ...]] = {
     "nat_dp_reverse": ("ipv4_addr",),
     "nd_responder": ("target_hi", "target_lo"),
     "npm_identity": (),
+    "nptv6_inbound": ("ingress_port", "ipv6_dst_hi"),
+    "nptv6_outbound": ("egress_port", "ipv6_src_hi"),
     "port_role": ("ingress_port",),
     "proto_segment": ("version", "ip_proto"),
     "router_mac": ("egress_port",),
@@ -221,6 +227,8 @@ ACTION_PARAMS: dict[str, tuple[str, ...]] = {
     "no_inspection": (),
     "no_route": (),
     "no_route_v6": (),
+    "npt_rewrite_dst": ("prefix", "mask", "adjustment"),
+    "npt_rewrite_src": ("prefix", "mask", "adjustment"),
     "port_forward": (),
     "port_forward_dp": ("to_addr", "to_port"),
     "reject_unknown_tag": (),
@@ -299,6 +307,8 @@ TABLE_SIZES: dict[str, int] = {
     "nat_dp_reverse": 1024,
     "nd_responder": 256,
     "npm_identity": 1,
+    "nptv6_inbound": 64,
+    "nptv6_outbound": 64,
     "port_role": 512,
     "proto_segment": 256,
     "router_mac": 512,

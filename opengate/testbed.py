@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from opengate import nptv6
 from opengate import p4constants as pc
 from opengate.entries import Exact, MatchValue, Range, TableEntry, Ternary
 
@@ -197,3 +198,25 @@ def ipv6_acl_entry(
     if icmpv6_type is not None:
         match["icmpv6_type"] = Ternary(icmpv6_type, 0xFF)
     return TableEntry.make(pc.T_IPV6_ACL, match, action, {"rule": rule}, priority=priority)
+
+
+def nptv6_entries(port: int, inside: str, outside: str) -> list[TableEntry]:
+    """An NPTv6 mapping on `port` (opengate.nptv6): outbound sources in `inside` become
+    `outside`'s, inbound destinations in `outside` become `inside`'s."""
+    inner, outer = ipaddress.IPv6Network(inside), ipaddress.IPv6Network(outside)
+    return [
+        TableEntry.make(
+            pc.T_NPTV6_OUTBOUND,
+            {"egress_port": Exact(port), **prefix_match(inside, "ipv6_src_hi", "ipv6_src_lo")},
+            pc.A_NPT_REWRITE_SRC,
+            nptv6.action_params(inner, outer),
+            priority=1,
+        ),
+        TableEntry.make(
+            pc.T_NPTV6_INBOUND,
+            {"ingress_port": Exact(port), **prefix_match(outside, "ipv6_dst_hi", "ipv6_dst_lo")},
+            pc.A_NPT_REWRITE_DST,
+            nptv6.action_params(outer, inner),
+            priority=1,
+        ),
+    ]

@@ -108,6 +108,10 @@ V1MODEL_ONLY = {
     pc.A_ROUTE_V6_TO,
     pc.A_NO_ROUTE_V6,
     pc.D_SESSION_CLOSE_V6_T,
+    pc.T_NPTV6_INBOUND,
+    pc.T_NPTV6_OUTBOUND,
+    pc.A_NPT_REWRITE_DST,
+    pc.A_NPT_REWRITE_SRC,
 }
 V1MODEL_ONLY_PARAMS = {f"acl{n}_index" for n in range(2, 7)}
 TOFINO2_HAS = {pc.T_ACL_SPILL}

@@ -63,5 +63,6 @@
 #define SESSION_V6_TABLE_SIZE     65536
 #define IPV6_ACL_TABLE_SIZE       4096
 #define ROUTE_V6_TABLE_SIZE       4096
+#define NPTV6_TABLE_SIZE          64
 
 #endif

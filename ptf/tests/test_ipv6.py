@@ -4,6 +4,8 @@ what goes to the CPM. Exact bytes throughout."""
 
 from __future__ import annotations
 
+import ipaddress
+
 from ptf import testutils
 from scapy.layers.inet import TCP, UDP
 from scapy.layers.inet6 import (
@@ -25,6 +27,7 @@ from scapy.layers.inet6 import (
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
 
+from opengate import nptv6
 from opengate import p4constants as pc
 from opengate.testbed import (
     GW6_IN,
@@ -34,6 +37,7 @@ from opengate.testbed import (
     halves,
     ipv6_acl_entry,
     nd_entry,
+    nptv6_entries,
     route_v6_entry,
     session_v6_entry,
 )
@@ -552,3 +556,41 @@ class InspectedSessionVisitsItsSpm(Ipv6Test):
         stray[Ether].src = SPM_MAC[SPM_A]
         stray[Ether].dst = tag_mac(TAG_BASE)
         self.assert_dropped(SPM_A, bytes(stray), pc.DROP_NO_SESSION)
+
+
+# -- NPTv6 -------------------------------------------------------------------------------------
+
+
+class Nptv6TranslatesBothWaysChecksumNeutral(Ipv6Test):
+    """RFC 6296 on the outside port: h1's source leaves in the outside prefix, translated as the
+    reference (opengate.nptv6) says, with the TCP checksum unchanged and still right; the answer
+    to that address comes back to h1's own. Sessions and the ACL see the inside address."""
+
+    def runTest(self) -> None:
+        inside, outside = "2001:db8:1::/48", "2001:db8:ff01::/48"
+        for entry in nptv6_entries(OUTSIDE, inside, outside):
+            self.insert(entry)
+        self.add_flow()
+        public = str(
+            nptv6.translate(
+                ipaddress.IPv6Address(HOST6_IN),
+                ipaddress.IPv6Network(inside),
+                ipaddress.IPv6Network(outside),
+            )
+        )
+        self.assertEqual(public, "2001:db8:ff01:ff::10")
+        packet = tcp6(flags="PA", payload=b"hello")
+        testutils.send_packet(self, INSIDE, bytes(packet))
+        expected = Ether(routed6(packet, OUTSIDE, HOST_OUT_MAC))
+        expected[IPv6].src = public
+        self.assertEqual(bytes(expected)[-25:], bytes(packet)[-25:])  # TCP, checksum included
+        rebuilt = Ether(bytes(expected))
+        del rebuilt[TCP].chksum
+        self.assertEqual(Ether(bytes(rebuilt))[TCP].chksum, packet[TCP].chksum)
+        testutils.verify_packet(self, bytes(expected), OUTSIDE)
+        answer = reply6(flags="A", payload=b"world")
+        to_public = Ether(bytes(answer))
+        to_public[IPv6].dst = public
+        testutils.send_packet(self, OUTSIDE, bytes(to_public))
+        testutils.verify_packet(self, routed6(answer, INSIDE, HOST_IN_MAC), INSIDE)
+        testutils.verify_no_other_packets(self)

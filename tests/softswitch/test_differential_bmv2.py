@@ -80,6 +80,7 @@ from opengate.testbed import (
     ipv6_acl_entry,
     mac,
     nd_entry,
+    nptv6_entries,
     route_v6_entry,
     segment_params,
     session_entry,
@@ -202,6 +203,7 @@ def gateway_entries() -> list[TableEntry]:
         ipv6_acl_entry(20, pc.A_IPV6_ACL_PERMIT, 3, proto=58, icmpv6_type=2),
         ipv6_acl_entry(10, pc.A_IPV6_ACL_PERMIT, 7, src="2001:db8:1::/64"),
         ipv6_acl_entry(5, pc.A_IPV6_ACL_TO_CPU, 8, src="2001:db8:2::/64", proto=17, dport=(53, 53)),
+        *nptv6_entries(OUTSIDE, "2001:db8:1::/48", "2001:db8:ff01::/48"),
     ]
     return out
 
@@ -480,6 +482,8 @@ def ipv6_stimuli() -> list[Stimulus]:
         Frame(INSIDE, tcp6(flags="PA", payload=get)),  # session hit, /128 route
         Frame(OUTSIDE, tcp6(HOST6_OUT, HOST6_IN, 80, 40000, "A")),  # its reply
         Frame(INSIDE, tcp6(sport=40003)),  # blocked
+        Frame(OUTSIDE, tcp6(HOST6_OUT, "2001:db8:ff01:ff::10", 80, 40000, "A")),  # NPTv6 inbound
+        Frame(OUTSIDE, tcp6(HOST6_OUT, "2001:db8:ff01:ffff::10", 80, 40000, "A")),  # folds
         Frame(INSIDE, tcp6(sport=40002, flags="PA", payload=get)),  # inspected: to SPM A
         Frame(OUTSIDE, tcp6(HOST6_OUT, HOST6_IN, 80, 40002, "A")),  # its reply: to SPM A
         Frame(SPM_A, _tagged(tcp6(sport=40002, flags="PA", payload=get))),  # back: routed

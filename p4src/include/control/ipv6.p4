@@ -163,6 +163,61 @@ control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
         size = ROUTE_V6_TABLE_SIZE;
     }
 
+    // NPTv6 (RFC 6296): an inside prefix of /48 or shorter maps one to one onto an outside
+    // prefix of the same length, stateless and checksum-neutral. The prefix's bits are replaced
+    // and the 16-bit word that follows a /48 (bits 79..64 of the address, the low 16 bits of the
+    // high half) takes the mapping's adjustment in one's complement arithmetic (0xffff becomes
+    // 0), so that the address's one's-complement sum, and with it every transport checksum over
+    // the pseudo-header, is unchanged. The CPM computes the adjustment of each direction.
+    @name(".npt_rewrite_dst")
+    action npt_rewrite_dst(ipv6_half_t prefix, ipv6_half_t mask, bit<16> adjustment) {
+        ipv6_half_t hi = (hdr.ipv6.dst_hi & ~mask) | prefix;
+        bit<17> sum = (bit<17>)hi[15:0] + (bit<17>)adjustment;
+        bit<16> word = sum[15:0] + (bit<16>)sum[16:16];
+        if (word == 0xffff) {
+            word = 0;
+        }
+        hdr.ipv6.dst_hi = hi[63:16] ++ word;
+    }
+
+    @name(".npt_rewrite_src")
+    action npt_rewrite_src(ipv6_half_t prefix, ipv6_half_t mask, bit<16> adjustment) {
+        ipv6_half_t hi = (hdr.ipv6.src_hi & ~mask) | prefix;
+        bit<17> sum = (bit<17>)hi[15:0] + (bit<17>)adjustment;
+        bit<16> word = sum[15:0] + (bit<16>)sum[16:16];
+        if (word == 0xffff) {
+            word = 0;
+        }
+        hdr.ipv6.src_hi = hi[63:16] ++ word;
+    }
+
+    // Inbound: a destination in an outside prefix, on the port the mapping is for, becomes the
+    // inside address before anything looks at it (sessions, the ACL and routes see inside
+    // addresses only).
+    @name(".nptv6_inbound")
+    table nptv6_inbound {
+        key = {
+            meta.ingress_port : exact @name("ingress_port");
+            hdr.ipv6.dst_hi   : ternary @name("ipv6_dst_hi");
+        }
+        actions = { npt_rewrite_dst; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = NPTV6_TABLE_SIZE;
+    }
+
+    // Outbound: a source in an inside prefix, leaving by its route through the mapping's port,
+    // becomes the outside address (last, after the MAC rewrite).
+    @name(".nptv6_outbound")
+    table nptv6_outbound {
+        key = {
+            meta.egress_port : exact @name("egress_port");
+            hdr.ipv6.src_hi  : ternary @name("ipv6_src_hi");
+        }
+        actions = { npt_rewrite_src; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = NPTV6_TABLE_SIZE;
+    }
+
     apply {
         if (hdr.icmp.isValid()) {
             meta.icmpv6_type = hdr.icmp.icmp_type;
@@ -221,6 +276,9 @@ control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
             // (RFC 4291 section 2.5.6): the gateway neither forwards nor answers it.
             meta.drop_arp = DROP_UNSUPPORTED;
         } else {
+            if (meta.port_role == ROLE_OUTSIDE) {
+                nptv6_inbound.apply();
+            }
             // From an inside host, a hop limit that runs out here: to the CPM as it arrived,
             // which answers with a time exceeded (traceroute), before any filter.
             if (hdr.ipv6.hop_limit[7:1] == 0 && hdr.ethernet.dst_addr[40:40] == 0) {
@@ -302,6 +360,7 @@ control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
                 if (meta.router_mac != 0) {
                     hdr.ethernet.src_addr = meta.router_mac;
                 }
+                nptv6_outbound.apply();
             }
         }
     }
