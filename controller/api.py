@@ -46,6 +46,7 @@ from controller.errors import (
 )
 from controller.policy import load_policy, mac_text
 from controller.runtime import Controller
+from controller.session_model import address_text, row_keys
 from controller.spm_pool import ReportError, validate_report
 from controller.web import Console
 from opengate import p4constants as pc
@@ -268,10 +269,15 @@ def _ip(value: int) -> str:
 
 
 def session_view(row: dict[str, Any]) -> dict[str, Any]:
-    """A DB session row with addresses and MACs as text."""
+    """A DB session row with addresses (IPv6 ones too) and MACs as text, and its `family`."""
     out = dict(row)
-    for name in ("src", "dst", "r_src", "r_dst"):
-        out[name] = _ip(row[name])
+    key, reply = row_keys(row)
+    v6 = bool(row.get("src6"))
+    out.pop("src6", None)
+    out.pop("dst6", None)
+    out["family"] = 6 if v6 else 4
+    for name, value in (("src", key[0]), ("dst", key[1]), ("r_src", reply[0]), ("r_dst", reply[1])):
+        out[name] = address_text(value, v6)
     out["nat_addr"] = _ip(row["nat_addr"]) if row["nat_kind"] else None
     out["nat"] = pc.NAT_NAMES.get(row["nat_kind"], str(row["nat_kind"]))
     out["spm_mac"] = mac_text(row["spm_mac"]) if row["spm_port"] else None

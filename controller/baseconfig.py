@@ -9,10 +9,11 @@ entries, then groups, then table entries, and deletions last.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from controller import acl6
 from controller.ipsec import ipsec_routes
 from controller.policy import Policy
 from opengate import p4constants as pc
@@ -31,9 +32,13 @@ BASE_TABLES = (
     pc.T_FLOW_AGEING,
     pc.T_NAT_DP_REVERSE,
     pc.T_DNAT_DP_REVERSE,
+    pc.T_ND_RESPONDER,
+    pc.T_ROUTING_V6,
+    pc.T_IPV6_ACL,
 )
-# Keyless tables whose default action the base configuration sets.
-BASE_DEFAULTS = (pc.T_NPM_IDENTITY, pc.T_ACL_VERDICT)
+# Tables whose default action the base configuration sets (the keyless ones, and ipv6_acl's: the
+# policy's default verdict).
+BASE_DEFAULTS = (pc.T_NPM_IDENTITY, pc.T_ACL_VERDICT, pc.T_IPV6_ACL)
 METERS = (pc.M_CLASS_METER, pc.M_CPU_METER, pc.M_CPU_SOURCE_METER, pc.M_NEW_FLOW_METER)
 # Protocols whose data-plane session lifetimes the policy sets (flow_ageing; other protocols take
 # the program's default, which the "other" timeout replaces through the table's default entry).
@@ -107,6 +112,54 @@ def acl_default_entry(policy: Policy) -> TableEntry:
         {"rule_id": pc.RULE_NONE},
         is_default=True,
     )
+
+
+def route6_entry(prefix_value: int, prefix_len: int, params: dict[str, int]) -> TableEntry:
+    """A routing_v6 entry: the prefix as ternary matches on the destination's two halves, at
+    priority prefix length + 1, so that the longest prefix wins (p4src/include/control/ipv6.p4)."""
+    hi, lo = acl6.Prefix6(prefix_value, prefix_len).halves()
+    return TableEntry.make(
+        pc.T_ROUTING_V6,
+        {"ipv6_dst_hi": hi, "ipv6_dst_lo": lo},
+        pc.A_ROUTE_V6_TO,
+        params,
+        priority=prefix_len + 1,
+    )
+
+
+def ipv6_entries(policy: Policy, has: Callable[[str], bool]) -> list[TableEntry]:
+    """IPv6: neighbour advertisements for the gateway's own addresses (each port's, and its
+    link-local one, with the port's MAC), the routes (neighbours' /128s and static ones, each
+    rewriting the source MAC to its port's), and the ACL's IPv6 rules with the default verdict."""
+    out: list[TableEntry] = []
+    port_macs = {p.number: p.mac for p in policy.ports if p.mac is not None}
+    if has(pc.T_ND_RESPONDER):
+        for address, port_number in sorted(policy.gateway_addresses6().items()):
+            mac = port_macs.get(port_number)
+            if mac is None:
+                continue
+            value = int(address)
+            out.append(
+                TableEntry.make(
+                    pc.T_ND_RESPONDER,
+                    {"target_hi": Exact(value >> 64), "target_lo": Exact(value & acl6.HALF_MAX)},
+                    pc.A_ND_ADVERTISE,
+                    {"mac": mac},
+                )
+            )
+    if has(pc.T_ROUTING_V6):
+        for route in policy.routes6:
+            params = {
+                "port": route.port,
+                "next_hop_mac": route.next_hop_mac,
+                "router_mac": port_macs.get(route.port, 0),
+            }
+            prefix = route.prefix
+            out.append(route6_entry(int(prefix.network_address), prefix.prefixlen, params))
+    if has(pc.T_IPV6_ACL):
+        out.extend(acl6.entries(policy.acl6))
+        out.append(acl6.default_entry(policy.acl_default))
+    return out
 
 
 def desired_base(
@@ -292,6 +345,8 @@ def static_base(
             )
         )
     out.add(acl_default_entry(policy))
+    for entry in ipv6_entries(policy, has):
+        out.add(entry)
     # SPM selector: one member per SPM (the groups: `with_weights`).
     for spm in policy.spms:
         out.members[spm.member_id] = Member(spm.member_id, spm.port, spm.mac)

@@ -396,8 +396,8 @@ def _sessions(args: argparse.Namespace) -> int:
                     str(s["id"]),
                     s["npm"],
                     _proto(s["proto"]),
-                    f"{s['src']}:{s['sport']}",
-                    f"{s['dst']}:{s['dport']}",
+                    _endpoint(s["src"], s["sport"]),
+                    _endpoint(s["dst"], s["dport"]),
                     str(s["class_id"]),
                     str(s["spm_port"] or "-"),
                     nat,
@@ -415,7 +415,12 @@ def _sessions(args: argparse.Namespace) -> int:
 
 
 def _proto(number: int) -> str:
-    return {1: "icmp", 6: "tcp", 17: "udp"}.get(number, str(number))
+    return {1: "icmp", 6: "tcp", 17: "udp", 58: "icmpv6"}.get(number, str(number))
+
+
+def _endpoint(address: str, port: int) -> str:
+    """`10.0.1.10:5000`, `[2001:db8:1::10]:5000`."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 def _spms(args: argparse.Namespace) -> int:

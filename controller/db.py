@@ -4,7 +4,9 @@ sessions, alerts. SQLAlchemy 2; a SQLite file by default, PostgreSQL by URL
 
 Sessions are written in bulk, one transaction per batch, after the switch accepted the entries:
 the switch is the truth and the DB follows it; a restart reconciles the two
-(`controller.sessions.SessionManager.reconcile`).
+(`controller.sessions.SessionManager.reconcile`). An IPv6 session's addresses are text in `src6`
+and `dst6` (its reply's are the same, swapped: IPv6 sessions have no NAT), its integer address
+columns 0. A database made before a column was added gets it at start (`Database.create`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from sqlalchemy import (
     event,
     false,
     func,
+    inspect,
     or_,
     select,
     update,
@@ -107,6 +110,8 @@ class SessionRow(Base):
     proto: Mapped[int] = mapped_column(Integer)
     src: Mapped[int] = mapped_column(BigInteger)
     dst: Mapped[int] = mapped_column(BigInteger)
+    src6: Mapped[str | None] = mapped_column(String(39), nullable=True)  # IPv6 sessions' addresses
+    dst6: Mapped[str | None] = mapped_column(String(39), nullable=True)
     sport: Mapped[int] = mapped_column(Integer)
     dport: Mapped[int] = mapped_column(Integer)
     r_src: Mapped[int] = mapped_column(BigInteger)
@@ -209,6 +214,24 @@ class Database:
 
     def create(self) -> None:
         Base.metadata.create_all(self.engine)
+        self._add_missing_columns()
+
+    def _add_missing_columns(self) -> None:
+        """Nullable columns a table made by an earlier version lacks (IPv6 sessions' src6 and
+        dst6), added: ALTER TABLE ... ADD COLUMN, which SQLite and PostgreSQL both have."""
+        inspector = inspect(self.engine)
+        with self.engine.begin() as conn:
+            for table in Base.metadata.sorted_tables:
+                have = {c["name"] for c in inspector.get_columns(table.name)}
+                for column in table.columns:
+                    if column.name in have or not column.nullable:
+                        continue
+                    kind = column.type.compile(dialect=self.engine.dialect)
+                    quote = self.engine.dialect.identifier_preparer.quote
+                    conn.exec_driver_sql(
+                        f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(column.name)} {kind}"
+                    )
+                    LOG.info("database: added column %s.%s", table.name, column.name)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -537,6 +560,11 @@ def session_condition(word: str) -> ColumnElement[bool]:
     text = word.strip().lower()
     if text.startswith("id:") and _is_number(text[3:]):
         return _id_condition(int(text[3:]))
+    v6 = _ipv6_word(text)
+    if v6 is not None:
+        address6, port6 = v6
+        on_address6 = or_(SessionRow.src6 == address6, SessionRow.dst6 == address6)
+        return on_address6 if port6 is None else and_(on_address6, _port_condition(port6))
     address, _, port_text = text.partition(":")
     try:
         value = int(ipaddress.IPv4Address(address))
@@ -562,6 +590,25 @@ def session_condition(word: str) -> ColumnElement[bool]:
     if text in SESSION_STATES:
         return SessionRow.state == text
     return SessionRow.npm == word
+
+
+def _ipv6_word(text: str) -> tuple[str, int | None] | None:
+    """An IPv6 address (`2001:db8::1`) or address and port (`[2001:db8::1]:80`) as the
+    database writes it, or None."""
+    port: int | None = None
+    if text.startswith("["):
+        inside, _, rest = text[1:].partition("]")
+        if rest:
+            if not (rest.startswith(":") and _is_number(rest[1:])):
+                return None
+            port = int(rest[1:])
+        text = inside
+    if text.count(":") < 2:
+        return None
+    try:
+        return str(ipaddress.IPv6Address(text)), port
+    except ValueError:
+        return None
 
 
 def _is_number(text: str) -> bool:
@@ -611,7 +658,9 @@ def _driver_insert(table: Any, dialect: Any) -> tuple[str, Callable[[dict[str, A
         raise ValueError(f"database driver with parameter style {dialect.paramstyle!r}")
     columns = list(table.columns)
     names = [c.name for c in columns]
-    get = operator.itemgetter(*names)
+    # a row may leave out a nullable column (None): rows made before it was added
+    optional = {c.name for c in columns if c.nullable}
+    required = operator.itemgetter(*names)
     converted = [
         (i, f)
         for i, c in enumerate(columns)
@@ -619,7 +668,10 @@ def _driver_insert(table: Any, dialect: Any) -> tuple[str, Callable[[dict[str, A
     ]
 
     def params(row: dict[str, Any]) -> tuple[Any, ...]:
-        values = list(get(row))
+        if optional.issubset(row):
+            values = list(required(row))
+        else:
+            values = [row.get(n) if n in optional else row[n] for n in names]
         for i, f in converted:
             values[i] = f(values[i])
         return tuple(values)

@@ -82,7 +82,8 @@ class PacketIn(Event):
     payload: bytes
     metadata: dict[str, int]
     received_at: float
-    key: tuple[int, int, int, int, int] | None  # the payload's flow (parse_flow); None: not IPv4
+    # the payload's flow (parse_flow); None: neither an IPv4 nor an IPv6 flow
+    key: tuple[int, int, int, int, int] | None
 
 
 @dataclass(frozen=True, slots=True)

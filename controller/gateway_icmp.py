@@ -12,6 +12,9 @@ kept); an error comes from the port's first address and quotes as much of the pa
 fragment other than the first, or a packet from an address that is not one host's (0.0.0.0,
 loopback, multicast, broadcast, one of the gateway's own); and at most `RATE` answers a second per
 NPM (a burst of `BURST`), as Linux's icmp_msgs_per_sec limits its own.
+
+IPv6 packet-ins get the ICMPv6 answers of `controller.gateway_icmp6` (RFC 4443), under the same
+rate limit.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from controller import gateway_icmp6 as icmp6
 from controller.policy import Policy
 from opengate import p4constants as pc
 from opengate.inet import internet_checksum, ipv4_packet
@@ -176,7 +180,18 @@ class GatewayIcmp:
         packet = received(frame)
         reply: bytes | None = None
         kind = ""
-        if port is not None and port.mac is not None and port.addresses and packet is not None:
+        packet6 = icmp6.received6(frame) if packet is None else None
+        if port is not None and port.mac is not None and port.addresses6 and packet6 is not None:
+            own6 = {int(a.ip) for p in policy.ports for a in p.addresses6}
+            address6 = int(port.addresses6[0].ip)
+            if reason == pc.CPU_REASON_TTL_EXPIRED:
+                kind = "time_exceeded"
+                reply = icmp6.time_exceeded6(frame, port.mac, address6, own6)
+            elif packet6.destination in own6:
+                kind, reply = "echo_reply", icmp6.echo6_reply(frame, port.mac)
+            elif reason == pc.CPU_REASON_NO_ROUTE:
+                kind, reply = "unreachable", icmp6.unreachable6(frame, port.mac, address6, own6)
+        elif port is not None and port.mac is not None and port.addresses and packet is not None:
             self._ident += 1
             own = {int(a.ip) for p in policy.ports for a in p.addresses}
             address = int(port.addresses[0].ip)

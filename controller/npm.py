@@ -10,6 +10,7 @@ the per-update error details.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import queue
@@ -191,9 +192,11 @@ class NpmConnection:
         self.spm_select = schema.tables.get(pc.T_SPM_SELECT)
         self.profile_id = self.spm_select.implementation_id
         self.steer_action = schema.actions.get(pc.A_STEER_TO_SPM)
+        # (IPv6 builds: an IPv6 session's FIN or RST too)
         self.digest_ids = {
             schema.digests.get(name).preamble.id: name
-            for name in (pc.D_SESSION_REQUEST_T, pc.D_SESSION_CLOSE_T)
+            for name in (pc.D_SESSION_REQUEST_T, pc.D_SESSION_CLOSE_T, pc.D_SESSION_CLOSE_V6_T)
+            if name in schema.digests
         }
         self.digest_fields = {name: schema.digest_fields(name) for name in self.digest_ids.values()}
 
@@ -490,9 +493,14 @@ class NpmConnection:
                 )
             )
             for t in BASE_DEFAULTS
+            if t in self.schema.tables
         ]
         for entity in self.read(queries):
-            out.add(self.schema.decode_entry(entity.table_entry))
+            decoded = self.schema.decode_entry(entity.table_entry)
+            if decoded.is_default:
+                # a default entry has no match (decoding spells a keyed table's wildcards)
+                decoded = dataclasses.replace(decoded, match=(), priority=0)
+            out.add(decoded)
         members = p4r.ActionProfileMember(action_profile_id=self.profile_id)
         groups = p4r.ActionProfileGroup(action_profile_id=self.profile_id)
         for entity in self.read(

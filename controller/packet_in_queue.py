@@ -6,7 +6,8 @@ not how long the CPM takes over it: when packet-ins come faster than the CPM set
 sessions, a single first-in first-out queue made every packet wait for the whole backlog: one
 inside host's flood of NAT flows held everyone's set-up for up to a second (bench_flood, `cpm`).
 
-Here each source (the IPv4 source address of the packet as it arrived, else its ingress port)
+Here each source (the IPv4 or IPv6 source address of the packet as it arrived, else its ingress
+port)
 has a queue of its own, at most `per_source` packets long: a packet that finds its source's queue
 full is dropped and counted (its sender retransmits, as after any loss). The dispatcher takes
 packets in rounds, one from each source with packets waiting, so a packet waits for at most one
@@ -24,16 +25,17 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from controller.session_encoding import FlowKey
+from controller.session_model import key_is_v6
 from opengate.fairqueue import FairQueue
 
 PER_SOURCE = 256  # packets a source may have waiting
 
 
 def source_of(npm: str, key: FlowKey | None, ingress_port: int) -> Hashable:
-    """Who sent a packet: its IPv4 source address (`key`, the packet's flow), else the port it
-    arrived on."""
+    """Who sent a packet: its IPv4 or IPv6 source address (`key`, the packet's flow), else the
+    port it arrived on."""
     if key is not None:
-        return (npm, "ipv4", key[0])
+        return (npm, "ipv6" if key_is_v6(key) else "ipv4", key[0])
     return (npm, "port", ingress_port)
 
 

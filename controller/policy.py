@@ -8,6 +8,11 @@ reference is docs/reference/policy.md, generated from `controller/policy_schema.
 tests/controller/test_policy_schema.py holds to this parser: a key added here goes there too);
 `controller/examples/gateway.yaml` is an example.
 
+The policy is dual-stack in the same sections: networks, port addresses, neighbours and routes of
+either family (each family's in its own fields of `Policy`: `networks` and `networks6`,
+`neighbours` and `neighbours6`...), and ACL rules that apply to the families their fields name
+(`AclRuleSpec.rule` for the HSM classifier, `.rule6` for `ipv6_acl`, `controller.acl6`).
+
 Loading never touches a switch: `load_policy` returns a frozen `Policy` or raises `ConfigError`.
 Files the policy names (ClassBench, Snort rules) are read relative to the policy file and checked
 on load too, so that a policy that loads is one the compiler accepts.
@@ -22,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from controller import acl6
 from controller import policy_values as pv
+from controller.acl6 import Acl6Rule, Prefix6
 from controller.hsm.rules import (
     PROTOCOL_NUMBERS,
     AclAction,
@@ -44,7 +51,6 @@ from opengate.yamlconf import (
     as_bool,
     as_int,
     as_ipv4,
-    as_ipv4_interface,
     as_mac,
     as_str,
     one_of,
@@ -62,13 +68,9 @@ TO_CPU_ACTIONS = ("drop", "permit")
 # slot): at once, or once the data plane reports the flow again, i.e. once it lives on
 # (sessions.data_plane_entries).
 DATA_PLANE_ENTRIES = ("always", "on_demand")
-CPU_REASONS = {
-    "session_nat": pc.CPU_REASON_SESSION_NAT,
-    "acl": pc.CPU_REASON_ACL,
-    "ttl_expired": pc.CPU_REASON_TTL_EXPIRED,
-    "no_route": pc.CPU_REASON_NO_ROUTE,
-    "session_collision": pc.CPU_REASON_SESSION_COLLISION,
-}
+# cpu_meters' keys: the P4 program's CPU reasons (session_nat, acl, ttl_expired, no_route,
+# session_collision, session_v6), by their names in lower case.
+CPU_REASONS = {name.lower(): reason for reason, name in sorted(pc.CPU_REASON_NAMES.items())}
 MAX_CLASS_ID = (1 << 8) - 1
 MAX_PORT_NUMBER = (1 << 9) - 2  # 9-bit ports; 511 is unused, 255 is the CPU port
 MAX_POOL_ID = (1 << 16) - 1
@@ -82,6 +84,14 @@ def mac_text(value: int) -> str:
     return ":".join(f"{(value >> shift) & 0xFF:02x}" for shift in range(40, -8, -8))
 
 
+def link_local(mac: int) -> ipaddress.IPv6Address:
+    """The link-local address of an interface with this MAC: fe80::/64 and the modified EUI-64
+    interface identifier (RFC 4291 section 2.5.1 and appendix A: ff:fe in the middle of the MAC,
+    its universal/local bit inverted)."""
+    eui64 = ((mac >> 24) << 40) | (0xFFFE << 24) | (mac & 0xFFFFFF)
+    return ipaddress.IPv6Address((0xFE80 << 112) | (eui64 ^ (0x02 << 56)))
+
+
 # -- the model ---------------------------------------------------------------------------------
 
 
@@ -93,6 +103,13 @@ class PortSpec:
     mac: int | None  # the gateway's MAC on this port (inside/outside ports)
     addresses: tuple[ipaddress.IPv4Interface, ...]
     line: int
+    addresses6: tuple[ipaddress.IPv6Interface, ...] = ()  # global (or unique local) ones
+
+    @property
+    def link_local(self) -> ipaddress.IPv6Address | None:
+        """The port's link-local address (from its MAC), which it answers neighbour
+        solicitations for."""
+        return link_local(self.mac) if self.mac is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +123,17 @@ class Neighbour:
 
 
 @dataclass(frozen=True, slots=True)
+class Neighbour6:
+    """An IPv6 host the gateway reaches directly: no neighbour discovery of its address, the
+    policy gives its MAC (a host with both families is listed once per address)."""
+
+    name: str
+    address: ipaddress.IPv6Address
+    mac: int
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
 class Route:
     prefix: ipaddress.IPv4Network
     port: int
@@ -113,10 +141,18 @@ class Route:
 
 
 @dataclass(frozen=True, slots=True)
+class Route6:
+    prefix: ipaddress.IPv6Network
+    port: int
+    next_hop_mac: int
+
+
+@dataclass(frozen=True, slots=True)
 class AclRuleSpec:
     name: str
-    rule: AclRule  # what the HSM compiler takes
+    rule: AclRule  # what the HSM compiler takes (matches nothing for an IPv6-only rule)
     line: int
+    rule6: Acl6Rule | None = None  # the rule as it applies to IPv6; None: IPv4 only
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +259,13 @@ class SessionSettings:
     report_interval: float = 1.0
 
     def timeout_for(self, proto: int) -> float:
-        name = {pc.IP_PROTO_TCP: "tcp", pc.IP_PROTO_UDP: "udp", pc.IP_PROTO_ICMP: "icmp"}
+        """The idle timeout of a session of this protocol (ICMPv6 echo sessions: icmp's)."""
+        name = {
+            pc.IP_PROTO_TCP: "tcp",
+            pc.IP_PROTO_UDP: "udp",
+            pc.IP_PROTO_ICMP: "icmp",
+            pc.IP_PROTO_ICMPV6: "icmp",
+        }
         return self.idle_timeout[name.get(proto, "other")]
 
 
@@ -263,6 +305,13 @@ class Policy:
     spm: SpmSettings
     cpu_source_meter: str | None = None  # every source's own share of the path to the CPU
     ipsec: IpsecSpec | None = None  # site-to-site tunnels (opengate.ipsec)
+    # IPv6: each network's IPv6 prefixes (`networks` holds the IPv4 ones), the IPv6 neighbours
+    # and routes, the ACL's IPv6 rules in order (with RFC 4890's ICMPv6 errors, controller.acl6)
+    networks6: Mapping[str, tuple[ipaddress.IPv6Network, ...]] = field(default_factory=dict)
+    neighbours6: tuple[Neighbour6, ...] = ()
+    routes6: tuple[Route6, ...] = ()
+    acl6: tuple[Acl6Rule, ...] = ()
+    icmpv6_errors: str = "permit"  # acl.icmpv6_errors: permit (RFC 4890) | policy
 
     # -- lookups the controller needs ---------------------------------------------------------
 
@@ -301,6 +350,36 @@ class Policy:
 
     def pools_of_spm(self, name: str) -> tuple[PoolSpec, ...]:
         return tuple(p for p in self.pools if name in p.spms)
+
+    def rule_name(self, rule_id: int) -> str | None:
+        """The name of the ACL rule with this id (what the NPM reports), or None."""
+        if 0 <= rule_id < len(self.acl_rules):
+            return self.acl_rules[rule_id].name
+        if rule_id == len(self.acl_rules) and self.icmpv6_errors == "permit":
+            return acl6.ICMPV6_ERRORS_NAME
+        return None
+
+    def gateway_addresses6(self) -> dict[ipaddress.IPv6Address, int]:
+        """The gateway's own IPv6 addresses (each port's, and its link-local one), with the port
+        whose MAC answers neighbour solicitations for them."""
+        out: dict[ipaddress.IPv6Address, int] = {}
+        for port in self.ports:
+            for iface in port.addresses6:
+                out.setdefault(iface.ip, port.number)
+            local = port.link_local
+            if local is not None:
+                out.setdefault(local, port.number)
+        return out
+
+    def route6_for(self, address: ipaddress.IPv6Address) -> Route6 | None:
+        """Longest-prefix match over the IPv6 routes (neighbours and static)."""
+        best: Route6 | None = None
+        for route in self.routes6:
+            if address in route.prefix and (
+                best is None or route.prefix.prefixlen > best.prefix.prefixlen
+            ):
+                best = route
+        return best
 
     def route_for(self, address: ipaddress.IPv4Address) -> Route | None:
         """Longest-prefix match over the routes the CPM installs (neighbours and static)."""
@@ -362,7 +441,10 @@ class Policy:
             "ports": len(self.ports),
             "neighbours": len(self.neighbours),
             "routes": len(self.routes),
+            "neighbours6": len(self.neighbours6),
+            "routes6": len(self.routes6),
             "acl_rules": len(self.acl_rules),
+            "acl6_rules": len(self.acl6),
             "acl_default": self.acl_default.value,
             "ids_rules": len(self.ids_rules),
             "classes": len(self.classes),
@@ -389,6 +471,16 @@ def load_policy(path: str | Path, text: str | None = None) -> Policy:
     return _Loader(path, text, data).load()
 
 
+@dataclass(frozen=True, slots=True)
+class _DualPrefixes:
+    """An ACL rule's `src` or `dst` for each family (None: any), and its literal prefixes'
+    families (version -> the first one, as written)."""
+
+    v4: tuple[ipaddress.IPv4Network, ...] | None
+    v6: tuple[ipaddress.IPv6Network, ...] | None
+    literal: dict[int, str]
+
+
 class _Loader:
     def __init__(self, path: Path, text: str, data: Any) -> None:
         self.path = path
@@ -396,6 +488,7 @@ class _Loader:
         self.data = data if data is not None else LineDict()
         self.digest = hashlib.sha256(text.encode())
         self.networks: dict[str, tuple[ipaddress.IPv4Network, ...]] = {}
+        self.networks6: dict[str, tuple[ipaddress.IPv6Network, ...]] = {}
 
     def load(self) -> Policy:
         top = Reader(self.path, self.data)
@@ -403,17 +496,20 @@ class _Loader:
         if version != FORMAT_VERSION:
             raise top.error("version", f"policy format {version} unknown; this is {FORMAT_VERSION}")
         name = top.get("name", as_str, "opengate")
-        self.networks = self._networks(top)
+        self.networks, self.networks6 = self._networks(top)
         ports = self._ports(top)
-        neighbours = self._neighbours(top, ports)
-        routes = self._routes(top, ports, neighbours)
+        neighbours, neighbours6 = self._neighbours(top, ports)
+        routes, routes6 = self._routes(top, ports, neighbours, neighbours6)
         meters = self._meters(top)
         spm = self._spm_settings(top)
         spms, pools = self._spms(top, ports)
         chains = self._chains(top, pools)
         classes = self._classes(top, chains, meters)
         cpu_meters, cpu_source_meter = self._cpu_meters(top, meters)
-        acl_default, acl_rules = self._acl(top)
+        acl_default, acl_rules, icmpv6_errors = self._acl(top)
+        acl6_rules = [spec.rule6 for spec in acl_rules if spec.rule6 is not None]
+        if icmpv6_errors == "permit":
+            acl6_rules.append(acl6.icmpv6_errors_rule(len(acl_rules)))
         ids_file, ids_headers = self._ids(top, classes)
         nat = self._nat(top, ports, routes)
         sessions = self._sessions(top)
@@ -444,6 +540,11 @@ class _Loader:
             spm=spm,
             cpu_source_meter=cpu_source_meter,
             ipsec=ipsec,
+            networks6=dict(self.networks6),
+            neighbours6=neighbours6,
+            routes6=routes6,
+            acl6=tuple(acl6_rules),
+            icmpv6_errors=icmpv6_errors,
         )
 
     # -- helpers -------------------------------------------------------------------------------
@@ -461,7 +562,9 @@ class _Loader:
         return target
 
     def _prefixes(self, value: Any) -> tuple[ipaddress.IPv4Network, ...] | None:
-        """Network names, prefixes or addresses, one or a list; None for `any`."""
+        """Network names, prefixes or addresses, one or a list; None for `any`. IPv4 only (the
+        fields that take this are: masquerade sources, IPsec subnets); a network stands for its
+        IPv4 prefixes."""
         items = value if isinstance(value, list) else [value]
         if not items:
             raise ValueError("an empty list matches nothing; leave the field out for any")
@@ -472,45 +575,98 @@ class _Loader:
             if item == "any":
                 return None
             if item in self.networks:
+                if not self.networks[item]:
+                    raise ValueError(f"network {item!r} has no IPv4 prefix (this field is IPv4's)")
                 out.extend(self.networks[item])
                 continue
-            try:
-                out.append(ipaddress.IPv4Network(item, strict=False))
-            except ValueError:
-                known = ", ".join(sorted(self.networks)) or "none defined"
-                raise ValueError(
-                    f"{item!r} is neither a prefix nor a network name (networks: {known})"
-                ) from None
+            network = self._literal_prefix(item)
+            if isinstance(network, ipaddress.IPv6Network):
+                raise ValueError(f"{item!r} is an IPv6 prefix; this field takes IPv4 only")
+            out.append(network)
         return tuple(out)
+
+    def _literal_prefix(self, item: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        try:
+            return ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            known = ", ".join(sorted(self.networks)) or "none defined"
+            raise ValueError(
+                f"{item!r} is neither a prefix nor a network name (networks: {known})"
+            ) from None
+
+    def _dual_prefixes(self, value: Any) -> _DualPrefixes:
+        """An ACL rule's `src` or `dst`: network names (each family's prefixes), literal
+        prefixes or addresses (of one family: the rule's), one or a list, or `any`."""
+        items = value if isinstance(value, list) else [value]
+        if not items:
+            raise ValueError("an empty list matches nothing; leave the field out for any")
+        v4: list[ipaddress.IPv4Network] = []
+        v6: list[ipaddress.IPv6Network] = []
+        literal: dict[int, str] = {}
+        for item in items:
+            if not isinstance(item, str):
+                raise ValueError(f"expected a network name or prefix, got {item!r}")
+            if item == "any":
+                return _DualPrefixes(None, None, {})
+            if item in self.networks:
+                v4.extend(self.networks[item])
+                v6.extend(self.networks6[item])
+                continue
+            network = self._literal_prefix(item)
+            literal.setdefault(network.version, item)
+            if isinstance(network, ipaddress.IPv4Network):
+                v4.append(network)
+            else:
+                v6.append(network)
+        if len(literal) > 1:
+            raise ValueError(
+                f"mixes IPv4 ({literal[4]}) and IPv6 ({literal[6]}) addresses: a rule with "
+                "literal addresses is of one family; write one rule for each"
+            )
+        return _DualPrefixes(tuple(v4), tuple(v6), literal)
 
     # -- sections ------------------------------------------------------------------------------
 
-    def _networks(self, top: Reader) -> dict[str, tuple[ipaddress.IPv4Network, ...]]:
+    def _networks(
+        self, top: Reader
+    ) -> tuple[
+        dict[str, tuple[ipaddress.IPv4Network, ...]], dict[str, tuple[ipaddress.IPv6Network, ...]]
+    ]:
+        """Each network's IPv4 prefixes and its IPv6 prefixes (a network may mix them)."""
         out: dict[str, tuple[ipaddress.IPv4Network, ...]] = {}
+        out6: dict[str, tuple[ipaddress.IPv6Network, ...]] = {}
         if not top.has("networks"):
-            return out
+            return out, out6
         section = top.sub("networks")
         for key in list(section.data):
             if key == "any":
                 raise section.error(key, "'any' is reserved")
 
-            def convert(value: Any) -> tuple[ipaddress.IPv4Network, ...]:
+            def convert(
+                value: Any,
+            ) -> tuple[tuple[ipaddress.IPv4Network, ...], tuple[ipaddress.IPv6Network, ...]]:
                 items = value if isinstance(value, list) else [value]
                 nets: list[ipaddress.IPv4Network] = []
+                nets6: list[ipaddress.IPv6Network] = []
                 for item in items:
                     if isinstance(item, str) and item in out:
                         nets.extend(out[item])
+                        nets6.extend(out6[item])
                         continue
                     try:
-                        nets.append(ipaddress.IPv4Network(as_str(item), strict=False))
+                        network = ipaddress.ip_network(as_str(item), strict=False)
                     except ValueError:
-                        raise ValueError(f"not an IPv4 prefix: {item!r}") from None
-                if not nets:
+                        raise ValueError(f"not an IPv4 or IPv6 prefix: {item!r}") from None
+                    if isinstance(network, ipaddress.IPv4Network):
+                        nets.append(network)
+                    else:
+                        nets6.append(network)
+                if not nets and not nets6:
                     raise ValueError("a network needs at least one prefix")
-                return tuple(nets)
+                return tuple(nets), tuple(nets6)
 
-            out[key] = section.get(key, convert)
-        return out
+            out[key], out6[key] = section.get(key, convert)
+        return out, out6
 
     def _ports(self, top: Reader) -> tuple[PortSpec, ...]:
         ports: list[PortSpec] = []
@@ -527,10 +683,12 @@ class _Loader:
             role = item.get("role", one_of(*ROLES))
             name = item.get("name", as_str, f"port{number}")
             mac = pv.opt(item, "mac", as_mac)
-            addresses = tuple(pv.opt(item, "addresses", pv.list_of(as_ipv4_interface)) or ())
+            both = tuple(pv.opt(item, "addresses", pv.list_of(pv.interface_any)) or ())
+            addresses = tuple(a for a in both if isinstance(a, ipaddress.IPv4Interface))
+            addresses6 = tuple(a for a in both if isinstance(a, ipaddress.IPv6Interface))
             if role in ("inside", "outside") and mac is None:
                 raise item.error("mac", f"an {role} port needs the gateway's MAC on it")
-            if role == "spm" and addresses:
+            if role == "spm" and both:
                 raise item.error("addresses", "an SPM port has no gateway addresses")
             ports.append(
                 PortSpec(
@@ -540,6 +698,7 @@ class _Loader:
                     mac_int(mac) if mac else None,
                     addresses,
                     item.line,
+                    addresses6,
                 )
             )
             item.reject_unknown()
@@ -547,55 +706,91 @@ class _Loader:
             raise top.error("ports", "no inside port")
         return tuple(ports)
 
-    def _neighbours(self, top: Reader, ports: Sequence[PortSpec]) -> tuple[Neighbour, ...]:
+    def _neighbours(
+        self, top: Reader, ports: Sequence[PortSpec]
+    ) -> tuple[tuple[Neighbour, ...], tuple[Neighbour6, ...]]:
         out: list[Neighbour] = []
-        seen: set[ipaddress.IPv4Address] = set()
+        out6: list[Neighbour6] = []
+        seen: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = set()
         for item in top.items("neighbours", required=False):
-            address = item.get("address", as_ipv4)
+            address = item.get("address", pv.address_any)
             mac = item.get("mac", as_mac)
             name = item.get("name", as_str, str(address))
             if address in seen:
                 raise item.error("address", f"{address} is listed twice")
             seen.add(address)
+            if isinstance(address, ipaddress.IPv6Address):
+                problem = pv.unicast6_problem(address)
+                if problem is not None:
+                    raise item.error("address", f"{address} is {problem}")
             if item.has("port"):
                 port = item.get("port", as_int)
                 if not any(p.number == port for p in ports):
                     raise item.error("port", f"port {port} is not in ports")
             else:
-                found = [p.number for p in ports if any(address in a.network for a in p.addresses)]
+                found = [
+                    p.number
+                    for p in ports
+                    if any(
+                        address in a.network
+                        for a in (p.addresses if address.version == 4 else p.addresses6)
+                    )
+                ]
                 if not found:
                     raise item.error(
                         "address",
                         f"{address} is in no port's subnet; give its port with 'port:'",
                     )
                 port = found[0]
-            out.append(Neighbour(name, address, mac_int(mac), port))
+            if isinstance(address, ipaddress.IPv4Address):
+                out.append(Neighbour(name, address, mac_int(mac), port))
+            else:
+                out6.append(Neighbour6(name, address, mac_int(mac), port))
             item.reject_unknown()
-        return tuple(out)
+        return tuple(out), tuple(out6)
 
     def _routes(
-        self, top: Reader, ports: Sequence[PortSpec], neighbours: Sequence[Neighbour]
-    ) -> tuple[Route, ...]:
+        self,
+        top: Reader,
+        ports: Sequence[PortSpec],
+        neighbours: Sequence[Neighbour],
+        neighbours6: Sequence[Neighbour6],
+    ) -> tuple[tuple[Route, ...], tuple[Route6, ...]]:
         routes = [
             Route(ipaddress.IPv4Network(f"{n.address}/32"), n.port, n.mac) for n in neighbours
         ]
+        routes6 = [
+            Route6(ipaddress.IPv6Network(f"{n.address}/128"), n.port, n.mac) for n in neighbours6
+        ]
+        by_address: dict[ipaddress.IPv4Address | ipaddress.IPv6Address, Neighbour | Neighbour6]
         by_address = {n.address: n for n in neighbours}
-        prefixes = {r.prefix for r in routes}
+        by_address.update({n.address: n for n in neighbours6})
+        prefixes: set[ipaddress.IPv4Network | ipaddress.IPv6Network] = {r.prefix for r in routes}
+        prefixes.update(r.prefix for r in routes6)
         for item in top.items("routes", required=False):
-            prefix = item.get("prefix", pv.network)
-            via = item.get("via", as_ipv4)
+            prefix = item.get("prefix", pv.network_any)
+            via = item.get("via", pv.address_any)
             neighbour = by_address.get(via)
             if neighbour is None:
                 raise item.error(
                     "via", f"next hop {via} is not a neighbour (list it under 'neighbours')"
                 )
+            if via.version != prefix.version:
+                raise item.error(
+                    "via",
+                    f"next hop {via} is an IPv{via.version} neighbour; a route to an "
+                    f"IPv{prefix.version} prefix goes via an IPv{prefix.version} one",
+                )
             if prefix in prefixes:
                 raise item.error("prefix", f"{prefix} has a route already")
             prefixes.add(prefix)
-            routes.append(Route(prefix, neighbour.port, neighbour.mac))
+            if isinstance(prefix, ipaddress.IPv4Network):
+                routes.append(Route(prefix, neighbour.port, neighbour.mac))
+            else:
+                routes6.append(Route6(prefix, neighbour.port, neighbour.mac))
             item.reject_unknown()
         del ports
-        return tuple(routes)
+        return tuple(routes), tuple(routes6)
 
     def _meters(self, top: Reader) -> tuple[MeterSpec, ...]:
         out: list[MeterSpec] = []
@@ -752,39 +947,18 @@ class _Loader:
             item.reject_unknown()
         return tuple(out)
 
-    def _acl(self, top: Reader) -> tuple[AclAction, tuple[AclRuleSpec, ...]]:
+    def _acl(self, top: Reader) -> tuple[AclAction, tuple[AclRuleSpec, ...], str]:
         if not top.has("acl"):
-            return AclAction.DENY, ()
+            return AclAction.DENY, (), "permit"
         section = top.sub("acl")
         default = AclAction(section.get("default", one_of("permit", "deny", "to_cpu"), "deny"))
+        icmpv6_errors = section.get(
+            "icmpv6_errors", one_of(*acl6.ICMPV6_ERROR_MODES), acl6.ICMPV6_ERROR_MODES[0]
+        )
         rules: list[AclRuleSpec] = []
         for index, item in enumerate(section.items("rules", required=False)):
             name = item.get("name", as_str, f"rule{index}")
-            action = AclAction(item.get("action", one_of("permit", "deny", "to_cpu")))
-            src = pv.opt(item, "src", self._prefixes)
-            dst = pv.opt(item, "dst", self._prefixes)
-            protos = pv.opt(item, "proto", pv.protocols)
-            sport = pv.opt(item, "sport", pv.ports)
-            dport = pv.opt(item, "dport", pv.ports)
-            has_ports = sport is not None or dport is not None
-            if (
-                has_ports
-                and protos is not None
-                and not all(p.value in (pc.IP_PROTO_TCP, pc.IP_PROTO_UDP) for p in protos)
-            ):
-                raise item.error(
-                    "sport" if sport is not None else "dport", "ports need proto tcp and/or udp"
-                )
-            rule = AclRule(
-                src=pv.to_prefixes(src),
-                dst=pv.to_prefixes(dst),
-                sport=sport or ANY_PORT,
-                dport=dport or ANY_PORT,
-                proto=protos or (ProtoMatch(0, 0),),
-                action=action,
-                origin=Origin(str(self.path), item.line),
-            )
-            rules.append(AclRuleSpec(name, rule, item.line))
+            rules.append(self._acl_rule(item, name, index))
             item.reject_unknown()
         if section.has("classbench"):
             bench = section.sub("classbench")
@@ -796,7 +970,83 @@ class _Loader:
                 rules.append(AclRuleSpec(f"{target.name}:{line}", rule, line))
             bench.reject_unknown()
         section.reject_unknown()
-        return default, tuple(rules)
+        return default, tuple(rules), icmpv6_errors
+
+    def _acl_rule(self, item: Reader, name: str, index: int) -> AclRuleSpec:
+        """One rule of `acl.rules`, for each family it applies to: literal addresses make it
+        their family's, protocol names icmp (IPv4) and icmpv6 (IPv6) too; network names stand
+        for each family's prefixes (a family they have none of gets nothing to match)."""
+        action = AclAction(item.get("action", one_of("permit", "deny", "to_cpu")))
+        src = pv.opt(item, "src", self._dual_prefixes) or _DualPrefixes(None, None, {})
+        dst = pv.opt(item, "dst", self._dual_prefixes) or _DualPrefixes(None, None, {})
+        literal = {**src.literal}
+        for version, text in dst.literal.items():
+            if literal and version not in literal:
+                other = next(iter(literal.values()))
+                raise item.error(
+                    "dst",
+                    f"dst {text} is IPv{version} and src {other} is not: a rule with literal "
+                    "addresses is of one family; write one rule for each",
+                )
+            literal.setdefault(version, text)
+        families = set(literal) or {4, 6}
+        protos = pv.opt(item, "proto", pv.protocol_items)
+        protos4 = protos6 = None
+        if protos is not None:
+            protos4 = tuple(p.match for p in protos if p.family != 6)
+            protos6 = tuple(p.match for p in protos if p.family != 4)
+            names = {p.family for p in protos}
+            if not protos4:
+                families.discard(4)
+            if not protos6:
+                families.discard(6)
+            if not families:
+                (version,) = literal
+                proto = "icmp is IPv4's (ICMPv6 is icmpv6)" if 4 in names else "icmpv6 is IPv6's"
+                raise item.error(
+                    "proto",
+                    f"{proto}, and the rule's addresses are IPv{version} ({literal[version]})",
+                )
+        types = pv.opt(item, "icmp_type", pv.icmp_types)
+        if types is not None and (
+            protos is None or any(p.match.value != pc.IP_PROTO_ICMPV6 for p in protos)
+        ):
+            raise item.error("icmp_type", "icmp_type needs proto icmpv6 (alone)")
+        sport = pv.opt(item, "sport", pv.ports)
+        dport = pv.opt(item, "dport", pv.ports)
+        has_ports = sport is not None or dport is not None
+        if (
+            has_ports
+            and protos is not None
+            and not all(p.match.value in (pc.IP_PROTO_TCP, pc.IP_PROTO_UDP) for p in protos)
+        ):
+            raise item.error(
+                "sport" if sport is not None else "dport", "ports need proto tcp and/or udp"
+            )
+        # The IPv4 side, for the HSM classifier: one rule per policy rule (its position is the
+        # id both families report), matching nothing where the rule is IPv6's alone.
+        rule = AclRule(
+            src=pv.to_prefixes(src.v4) if 4 in families else (),
+            dst=pv.to_prefixes(dst.v4),
+            sport=sport or ANY_PORT,
+            dport=dport or ANY_PORT,
+            proto=protos4 or (ProtoMatch(0, 0),),
+            action=action,
+            origin=Origin(str(self.path), item.line),
+        )
+        rule6 = None
+        if 6 in families:
+            rule6 = Acl6Rule(
+                rule_id=index,
+                action=action,
+                src=acl6.ANY6 if src.v6 is None else tuple(Prefix6.of(n) for n in src.v6),
+                dst=acl6.ANY6 if dst.v6 is None else tuple(Prefix6.of(n) for n in dst.v6),
+                proto=protos6 or (ProtoMatch(0, 0),),
+                sport=sport or ANY_PORT,
+                dport=dport or ANY_PORT,
+                icmp_types=types,
+            )
+        return AclRuleSpec(name, rule, item.line, rule6)
 
     def _ids(self, top: Reader, classes: Sequence[ClassSpec]) -> tuple[str | None, IdsHeaders]:
         if not top.has("ids"):
@@ -805,7 +1055,8 @@ class _Loader:
         target = self._file(section, "rules")
         # The policy's networks are Snort variables too ($inside); ids.variables override.
         values: dict[str, str] = {
-            name: pv.snort_value([str(n) for n in nets]) for name, nets in self.networks.items()
+            name: pv.snort_value([str(n) for n in (*nets, *self.networks6[name])])
+            for name, nets in self.networks.items()
         }
         if section.has("variables"):
             var_section = section.sub("variables")
@@ -815,6 +1066,7 @@ class _Loader:
                 for item in items:
                     if item in self.networks:
                         expanded.extend(str(n) for n in self.networks[item])
+                        expanded.extend(str(n) for n in self.networks6[item])
                     else:
                         expanded.append(item)
                 values[key] = pv.snort_value(expanded)

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from controller.acl6 import ICMPV6_ERROR_MODES
 from controller.hsm.rules import PROTOCOL_NUMBERS, AclAction
 from controller.policy import (
     CPU_REASONS,
@@ -35,6 +36,7 @@ from controller.policy import (
     SessionSettings,
     SpmSettings,
 )
+from controller.policy_values import IPV6_PROTOCOLS
 from opengate import p4constants as pc
 from opengate.ipsec import (
     DEFAULT_ESP,
@@ -92,6 +94,7 @@ MAPPING = "mapping"
 LIST = "list of mappings"
 MAC = "MAC address"
 IPV4 = "IPv4 address"
+IPV46 = "IPv4 or IPv6 address"
 PREFIXES = "network name or prefix, or a list of them; any"
 SUBNETS = "network name or prefix, or a list of them"
 SECONDS = "seconds (number)"
@@ -107,11 +110,13 @@ _CPU_REASON_DOCS = {
     "no_route": "Packets from inside that no route takes, and pings of the gateway's addresses.",
     "session_collision": "Opening packets whose two data-plane slots are held (they wait at the "
     "CPM).",
+    "session_v6": "Opening packets of IPv6 flows the ACL permits (the CPM installs their "
+    "sessions).",
 }
 _IDLE_DOCS = {
     "tcp": "TCP sessions.",
     "udp": "UDP sessions.",
-    "icmp": "ICMP sessions.",
+    "icmp": "ICMP and ICMPv6 echo sessions.",
     "other": "Sessions of any other protocol.",
 }
 
@@ -133,15 +138,18 @@ def _top() -> list[Key]:
         _key(
             "networks",
             MAPPING,
-            "Named prefixes. A name stands for its prefixes wherever the policy takes prefixes "
-            "(ACL `src` and `dst`, masquerade `sources`, IPsec subnets), and each network is a "
-            "Snort variable of the IDS rules (`$inside`).",
+            "Named prefixes, IPv4 and IPv6 mixed as you like. A name stands for its prefixes "
+            "wherever the policy takes prefixes: in ACL `src` and `dst` for each family its own "
+            "(a rule naming `inside` applies to IPv4 packets with its IPv4 prefixes and to IPv6 "
+            "packets with its IPv6 ones), in masquerade `sources` and IPsec subnets (IPv4 only) "
+            "its IPv4 ones. Each network is a Snort variable of the IDS rules (`$inside`).",
         ),
         _key(
             "networks.<name>",
-            "IPv4 prefix, or a list of prefixes and network names",
-            "Host bits are allowed (10.0.1.1/24 is 10.0.1.0/24); a name refers only to networks "
-            "listed above it. An empty list is refused, and `any` is reserved.",
+            "IPv4 or IPv6 prefix, or a list of prefixes and network names",
+            "Host bits are allowed (10.0.1.1/24 is 10.0.1.0/24, 2001:db8:1::1/64 is "
+            "2001:db8:1::/64); a name refers only to networks listed above it. An empty list is "
+            "refused, and `any` is reserved.",
         ),
     ]
 
@@ -169,23 +177,34 @@ def _ports() -> list[Key]:
         _key(
             "ports[].mac",
             MAC,
-            "The gateway's MAC on this port, which answers ARP for the gateway's addresses; "
-            "inside and outside ports need it.",
+            "The gateway's MAC on this port, which answers ARP and neighbour solicitations for "
+            "the gateway's addresses; inside and outside ports need it. The port's IPv6 "
+            "link-local address is made from it (fe80::/64 and the modified EUI-64, RFC 4291).",
         ),
         _key(
             "ports[].addresses",
-            "IPv4 address/prefix, or a list of them",
-            "The gateway's addresses on this port (`10.0.1.1/24`: the address and its subnet). "
-            "The subnets tell which port reaches a neighbour, and the first address is the "
-            "default masquerade address. Refused on `spm` ports.",
+            "IPv4 or IPv6 address/prefix, or a list of them",
+            "The gateway's addresses on this port (`10.0.1.1/24`, `2001:db8:1::1/64`: the "
+            "address and its subnet), both families mixed. The subnets tell which port reaches a "
+            "neighbour; the first IPv4 address is the default masquerade address and the source "
+            "of the gateway's ICMP errors, the first IPv6 one that of its ICMPv6 errors. IPv6 "
+            "addresses are global or unique local: link-local (the port's own is made from its "
+            "MAC), multicast, loopback, unspecified and ::/96 ones are refused. Refused on `spm` "
+            "ports.",
         ),
         _key(
             "neighbours",
             LIST,
-            "Hosts the gateway reaches directly. The gateway answers ARP for its own addresses "
-            "but resolves no one else's, so it needs their MACs; each gets a /32 route.",
+            "Hosts the gateway reaches directly. The gateway answers ARP and neighbour "
+            "solicitations for its own addresses but resolves no one else's, so it needs their "
+            "MACs; each gets a /32 or /128 route. A host with an IPv4 and an IPv6 address is "
+            "listed twice, once with each.",
         ),
-        _required("neighbours[].address", IPV4, "The host's address; each address once."),
+        _required(
+            "neighbours[].address",
+            IPV46,
+            "The host's address; each address once. An IPv6 one is global or unique local.",
+        ),
         _required("neighbours[].mac", MAC, "The host's MAC."),
         _key("neighbours[].name", "string", "A label.", "<address>"),
         _key(
@@ -197,11 +216,15 @@ def _ports() -> list[Key]:
         _key("routes", LIST, "Static routes through a neighbour."),
         _required(
             "routes[].prefix",
-            "IPv4 prefix",
-            "The destination. Host bits must be zero; a prefix has one route (a neighbour's "
-            "/32 counts).",
+            "IPv4 or IPv6 prefix",
+            "The destination (`::/0`: IPv6's default route). Host bits must be zero; a prefix "
+            "has one route (a neighbour's /32 or /128 counts).",
         ),
-        _required("routes[].via", IPV4, "The next hop: the address of one of `neighbours`."),
+        _required(
+            "routes[].via",
+            IPV46,
+            "The next hop: the address of one of `neighbours`, of the prefix's family.",
+        ),
     ]
 
 
@@ -210,14 +233,25 @@ def _acl() -> list[Key]:
         _key(
             "acl",
             MAPPING,
-            "What the gateway lets through: the first rule that matches decides, and `default` "
-            "decides the rest. Without the section everything is denied.",
+            "What the gateway lets through, IPv4 and IPv6: the first rule that matches decides, "
+            "and `default` decides the rest. Without the section everything is denied.",
         ),
         _key(
             "acl.default",
             one_of(_ACL_ACTIONS),
-            "What happens to packets that no rule matches.",
+            "What happens to packets that no rule matches. IPv6: a flow the ACL permits gets a "
+            "session from its first packet, and packets of no session are dropped unless a rule "
+            "permits them, so `deny` keeps out unsolicited inbound traffic (RFC 6092).",
             AclAction.DENY.value,
+        ),
+        _key(
+            "acl.icmpv6_errors",
+            one_of(ICMPV6_ERROR_MODES),
+            "`permit`: after the rules and before `default`, the ICMPv6 errors RFC 4890 says a "
+            "firewall must not drop pass (destination unreachable, packet too big, time "
+            "exceeded, parameter problem: types 1 to 4); `policy`: only the rules decide. Echo "
+            "requests and other ICMPv6 follow the rules either way.",
+            ICMPV6_ERROR_MODES[0],
         ),
         _key(
             "acl.rules",
@@ -235,7 +269,11 @@ def _acl() -> list[Key]:
             "acl.rules[].src",
             PREFIXES,
             "Source addresses: network names, prefixes or addresses. `any` anywhere in the list "
-            "makes the field match anything; an empty list is refused.",
+            "makes the field match anything; an empty list is refused. A rule applies to both "
+            "families unless a literal address or prefix (in `src` or `dst`) makes it its "
+            "family's alone; literal IPv4 and IPv6 addresses in one rule are refused. A network "
+            "name stands for the family's own prefixes (one with none of a family matches "
+            "nothing of it).",
             "any",
         ),
         _key(
@@ -246,8 +284,12 @@ def _acl() -> list[Key]:
         ),
         _key(
             "acl.rules[].proto",
-            f"protocol ({', '.join(PROTOCOL_NUMBERS)} or 0..255), or a list of them; any",
-            "The IP protocol; `ip` is the same as `any`. An empty list is refused.",
+            f"protocol ({', '.join([*PROTOCOL_NUMBERS, *IPV6_PROTOCOLS])} or 0..255), or a list "
+            "of them; any",
+            "The IP protocol (IPv6: the upper-layer protocol after the extension headers); `ip` "
+            "is the same as `any`. `icmp` is IPv4's and `icmpv6` (or `ipv6-icmp`) IPv6's: a rule "
+            "with one of them alone is that family's, and one with a literal address of the "
+            "other family is refused. An empty list is refused.",
             "any",
         ),
         _key(
@@ -258,6 +300,13 @@ def _acl() -> list[Key]:
             "any",
         ),
         _key("acl.rules[].dport", PORTS, "Destination ports, written as `sport` is.", "any"),
+        _key(
+            "acl.rules[].icmp_type",
+            "integer (0..255), or a list of them; any",
+            "ICMPv6 types (128: echo request, 129: echo reply, 1: destination unreachable...); "
+            "needs `proto: icmpv6` alone.",
+            "any",
+        ),
         _key(
             "acl.classbench",
             MAPPING,

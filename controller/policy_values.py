@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from controller.hsm.rules import (
@@ -49,6 +50,69 @@ def network(value: Any) -> ipaddress.IPv4Network:
         return ipaddress.IPv4Network(as_str(value), strict=True)
     except ValueError as error:
         raise ValueError(f"not an IPv4 prefix (host bits must be zero): {error}") from None
+
+
+def network_any(value: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """An IPv4 or IPv6 prefix whose host bits are zero (a route's destination)."""
+    text = as_str(value)
+    try:
+        return ipaddress.ip_network(text, strict=True)
+    except ValueError as error:
+        if ":" in text:
+            raise ValueError(f"not an IPv6 prefix (host bits must be zero): {error}") from None
+        raise ValueError(f"not an IPv4 prefix (host bits must be zero): {error}") from None
+
+
+def address_any(value: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An IPv4 or IPv6 address."""
+    try:
+        return ipaddress.ip_address(as_str(value))
+    except ValueError:
+        raise ValueError(f"not an IPv4 or IPv6 address: {value!r}") from None
+
+
+def interface_any(value: Any) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
+    """An IPv4 or IPv6 address with its prefix length (an IPv6 one global or unique local:
+    the link-local address comes from the port's MAC)."""
+    try:
+        iface = ipaddress.ip_interface(as_str(value))
+    except ValueError:
+        raise ValueError(f"not an IPv4 or IPv6 address/prefix: {value!r}") from None
+    if isinstance(iface, ipaddress.IPv6Interface):
+        problem = unicast6_problem(iface.ip)
+        if problem is not None:
+            raise ValueError(f"{value} is {problem}")
+    return iface
+
+
+def unicast6_problem(address: ipaddress.IPv6Address) -> str | None:
+    """Why an IPv6 address cannot be a host's (or the gateway's) routable address, or None."""
+    if address.is_multicast:
+        return "a multicast address"
+    if address.is_unspecified or address.is_loopback:
+        return "not a host's address"
+    if address.is_link_local:
+        return "link-local (each port's comes from its MAC)"
+    if int(address) >> 32 == 0:
+        return "an IPv4-compatible address (::/96, deprecated by RFC 4291)"
+    return None
+
+
+def icmp_types(value: Any) -> tuple[int, ...] | None:
+    """ICMPv6 types: a number 0..255 or a list of them; None for any."""
+    items = value if isinstance(value, list) else [value]
+    out: list[int] = []
+    for item in items:
+        if item == "any":
+            return None
+        number = as_int(item)
+        if not 0 <= number <= 255:
+            raise ValueError(f"ICMPv6 type {number} is not 0..255")
+        if number not in out:
+            out.append(number)
+    if not out:
+        raise ValueError("an empty list matches nothing; leave the field out for any")
+    return tuple(out)
 
 
 def positive(value: Any) -> int:
@@ -130,18 +194,42 @@ def ports(value: Any) -> tuple[PortRange, ...] | None:
     return tuple(out)
 
 
+# Protocol names of one family: ICMP is IPv4's, ICMPv6 IPv6's (a number is either's).
+IPV4_ONLY_PROTOCOLS = frozenset({"icmp"})
+IPV6_PROTOCOLS = {"icmpv6": pc.IP_PROTO_ICMPV6, "ipv6-icmp": pc.IP_PROTO_ICMPV6}
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolItem:
+    """One protocol of an ACL rule, and the family its name limits it to (None: both)."""
+
+    match: ProtoMatch
+    family: int | None
+
+
 def protocols(value: Any) -> tuple[ProtoMatch, ...] | None:
+    items = protocol_items(value)
+    return None if items is None else tuple(i.match for i in items)
+
+
+def protocol_items(value: Any) -> tuple[ProtocolItem, ...] | None:
+    """An ACL rule's `proto`: names (icmp IPv4's, icmpv6 and ipv6-icmp IPv6's) or numbers,
+    one or a list; None for any."""
     items = value if isinstance(value, list) else [value]
-    out: list[ProtoMatch] = []
+    out: list[ProtocolItem] = []
     for item in items:
         if item in ("any", "ip"):
             return None
         if isinstance(item, int) and not isinstance(item, bool) and 0 <= item <= 255:
-            out.append(ProtoMatch(item))
+            out.append(ProtocolItem(ProtoMatch(item), None))
         elif isinstance(item, str) and item.lower() in PROTOCOL_NUMBERS:
-            out.append(ProtoMatch(PROTOCOL_NUMBERS[item.lower()]))
+            name = item.lower()
+            family = 4 if name in IPV4_ONLY_PROTOCOLS else None
+            out.append(ProtocolItem(ProtoMatch(PROTOCOL_NUMBERS[name]), family))
+        elif isinstance(item, str) and item.lower() in IPV6_PROTOCOLS:
+            out.append(ProtocolItem(ProtoMatch(IPV6_PROTOCOLS[item.lower()]), 6))
         else:
-            known = ", ".join(sorted(PROTOCOL_NUMBERS))
+            known = ", ".join(sorted([*PROTOCOL_NUMBERS, *IPV6_PROTOCOLS]))
             raise ValueError(f"unknown protocol {item!r} (known: any, {known}, or 0..255)")
     if not out:
         raise ValueError("an empty list matches nothing; leave the field out for any")

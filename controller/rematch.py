@@ -23,6 +23,10 @@ what changed between the two is applied:
 
 What a rematch does not change: NAT bindings (a masqueraded or forwarded flow keeps its
 translation, even if the new policy would translate it otherwise) and idle timeouts.
+
+An IPv6 session (no class, no SPM) is judged by the ACL's IPv6 rules alone (`controller.acl6`,
+first match over the rules as `ipv6_acl` orders them): blocked when the new policy denies its
+opening packet and the old one did not.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from controller import acl6
 from controller.hsm.compile import CompiledTables
 from controller.hsm.linear import Classification, LinearClassifier
 from controller.hsm.lookup import TableState, Walker
@@ -142,9 +147,11 @@ def judge(
     )
     unchanged_rest = same_default and _chains(old_policy) == _chains(policy)
     # The same tables (one classifier for both): a packet classifies alike under both, so only
-    # the rest can have changed; if it did not, nothing did.
+    # the rest can have changed; if it did not, nothing did. (IPv6: the same rules, the same
+    # default.)
     same_tables = old_classify is classify
-    if same_tables and unchanged_rest:
+    same6 = same_default and old_policy.acl6 == policy.acl6
+    if same_tables and unchanged_rest and same6:
         return
     # A packet that no added, removed or moved rule matches keeps its first match (the rules it
     # matches keep their order), so its verdict and class are the old ones.
@@ -153,6 +160,10 @@ def judge(
     def one(session: Session) -> Change | None:
         if session.state == BLOCKED:
             return None
+        if session.v6:
+            if same6 or not _denied6(old_policy, policy, session):
+                return None
+            return Change(session, "denied", session.class_id, 0, 0, block=True)
         src, dst, proto, sport, dport = session.key
         packet = Packet(src, dst, sport, dport, proto)
         if same_tables:
@@ -187,6 +198,19 @@ def judge(
 
     for session in sessions:
         yield one(session)
+
+
+def _denied6(old: Policy, new: Policy, session: Session) -> bool:
+    """Whether the new policy's IPv6 rules deny the session's opening packet and the old ones
+    did not (an echo session opens with a request)."""
+    src, dst, proto, sport, dport = session.key
+    icmp_type = pc.ICMPV6_ECHO_REQUEST if proto == pc.IP_PROTO_ICMPV6 else 0
+    packet = acl6.Packet6(src, dst, proto, sport, dport, icmp_type)
+    after, _ = acl6.first_match(new.acl6, packet, new.acl_default)
+    if after is not AclAction.DENY:
+        return False
+    before, _ = acl6.first_match(old.acl6, packet, old.acl_default)
+    return before is not AclAction.DENY
 
 
 def changed_rules(old: Policy, new: Policy) -> list[AclRule | IdsRule] | None:

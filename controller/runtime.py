@@ -79,6 +79,23 @@ COUNTER_READ_SECONDS = 5.0
 PACKET_IN_BATCH = 32
 
 
+# Base tables whose size a policy can outgrow (the IPv6 ACL's rules multiply their fields' values;
+# IPv6 routes and addresses): refused with 422 before anything is written.
+SIZED_BASE_TABLES = (pc.T_IPV6_ACL, pc.T_ROUTING_V6, pc.T_ND_RESPONDER)
+
+
+def _check_fits(conn: NpmConnection, desired: BaseConfig) -> None:
+    for name in SIZED_BASE_TABLES:
+        if name not in conn.schema.tables:
+            continue
+        size = conn.schema.tables.get(name).size
+        count = sum(1 for e in desired.entries.values() if e.table == name and not e.is_default)
+        if size and count > size:
+            raise RequestError(
+                422, f"the policy needs {count} entries in {name}, which holds {size}"
+            )
+
+
 def default_pipeline() -> Pipeline:
     build = p4_build_dir()
     return Pipeline(build / "opengate.p4info.txtpb", build / "opengate.json")
@@ -280,7 +297,7 @@ class Controller:
                 name, records = conn.decode_digest(item)
                 if name == pc.D_SESSION_REQUEST_T:
                     self.bus.publish(ev.SessionRequested(npm, records, received))
-                elif name == pc.D_SESSION_CLOSE_T:
+                elif name in (pc.D_SESSION_CLOSE_T, pc.D_SESSION_CLOSE_V6_T):
                     self.bus.publish(ev.SessionCloseSeen(npm, records))
             elif kind == "packet_in":
                 metadata = conn.decode_packet_in(item)
@@ -483,6 +500,7 @@ class Controller:
                     422, f"the rules do not fit the classifier: {overflow}"
                 ) from None
         desired = self._desired_base(policy, state, self._weights_for(policy))
+        _check_fits(state.conn, desired)
         diff = diff_base(state.base or BaseConfig(), desired)
         flip_extra: list[TableEntry] = []
         if update is not None and update.to_version != update.from_version:

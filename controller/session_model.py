@@ -2,7 +2,12 @@
 how it maps onto the `session` table's two entries (the data plane's contract,
 docs/explanation/architecture.md, "NAT and inspection"), both ways: the entries a session needs
 (`direction_params`), and the session a pair of entries found on a switch stands for
-(`partner_key`, `session_from_entries`)."""
+(`partner_key`, `session_from_entries`).
+
+An IPv6 session (`session_v6`'s two entries: no NAT, no inspection, class 0) has the same kind of
+key with 128-bit addresses. The two families' keys never meet: the CPM makes no session of an
+IPv6 address below 2**32 (::/96, the IPv4-compatible addresses RFC 4291 deprecates), so a key is
+IPv6's exactly when an address of it is above 2**32 - 1 (`key_is_v6`)."""
 
 from __future__ import annotations
 
@@ -21,9 +26,43 @@ ACTIVE, CLOSING, BLOCKED, BYPASSED = "active", "closing", "blocked", "bypassed"
 FIN_ORIGINAL, FIN_REPLY = 1, 2
 
 
+IPV4_MAX = 0xFFFFFFFF
+IPV6_EXTENSIONS = (
+    pc.IPV6_EXT_HOP_BY_HOP,
+    pc.IPV6_EXT_ROUTING,
+    pc.IPV6_EXT_FRAGMENT,
+    pc.IPV6_EXT_DEST_OPTS,
+)
+
+
+def key_is_v6(key: FlowKey) -> bool:
+    return key[0] > IPV4_MAX or key[1] > IPV4_MAX
+
+
+def address_text(value: int, v6: bool) -> str:
+    return str(ipaddress.IPv6Address(value) if v6 else ipaddress.IPv4Address(value))
+
+
+def endpoint_text(value: int, port: int, v6: bool) -> str:
+    """`10.0.1.10:5000`, `[2001:db8:1::10]:5000`."""
+    text = address_text(value, v6)
+    return f"[{text}]:{port}" if v6 else f"{text}:{port}"
+
+
 def flow_text(key: FlowKey) -> str:
     src, dst, proto, sport, dport = key
-    return f"{ipaddress.IPv4Address(src)}:{sport} > {ipaddress.IPv4Address(dst)}:{dport} p{proto}"
+    v6 = key_is_v6(key)
+    return f"{endpoint_text(src, sport, v6)} > {endpoint_text(dst, dport, v6)} p{proto}"
+
+
+def row_keys(row: Mapping[str, Any]) -> tuple[FlowKey, FlowKey]:
+    """A database row's (original, reply) keys (an IPv6 row's addresses are in src6, dst6)."""
+    if row.get("src6"):
+        src, dst = int(ipaddress.IPv6Address(row["src6"])), int(ipaddress.IPv6Address(row["dst6"]))
+        key = (src, dst, row["proto"], row["sport"], row["dport"])
+        return key, (dst, src, row["proto"], row["r_sport"], row["r_dport"])
+    key = (row["src"], row["dst"], row["proto"], row["sport"], row["dport"])
+    return key, (row["r_src"], row["r_dst"], row["proto"], row["r_sport"], row["r_dport"])
 
 
 @dataclass(slots=True, eq=False)
@@ -53,17 +92,26 @@ class Session:
     def steered(self) -> bool:
         return self.state not in (BLOCKED, BYPASSED) and self.spm_port != 0
 
+    @property
+    def v6(self) -> bool:
+        return key_is_v6(self.key)
+
     def row(self) -> dict[str, Any]:
+        """The database row. An IPv6 session's addresses are text in src6 and dst6 (the integer
+        columns are 64 bits), its integer address columns 0."""
+        v6 = self.v6
         return {
             "id": self.id,
             "npm": self.npm,
-            "src": self.key[0],
-            "dst": self.key[1],
+            "src": 0 if v6 else self.key[0],
+            "dst": 0 if v6 else self.key[1],
+            "src6": str(ipaddress.IPv6Address(self.key[0])) if v6 else None,
+            "dst6": str(ipaddress.IPv6Address(self.key[1])) if v6 else None,
             "proto": self.key[2],
             "sport": self.key[3],
             "dport": self.key[4],
-            "r_src": self.reply[0],
-            "r_dst": self.reply[1],
+            "r_src": 0 if v6 else self.reply[0],
+            "r_dst": 0 if v6 else self.reply[1],
             "r_sport": self.reply[3],
             "r_dport": self.reply[4],
             "class_id": self.class_id,
@@ -81,8 +129,7 @@ class Session:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Session:
-        key = (row["src"], row["dst"], row["proto"], row["sport"], row["dport"])
-        reply = (row["r_src"], row["r_dst"], row["proto"], row["r_sport"], row["r_dport"])
+        key, reply = row_keys(row)
         return cls(
             id=row["id"],
             npm=row["npm"],
@@ -113,10 +160,14 @@ def reply_key(key: FlowKey, nat_kind: int, nat_addr: int, nat_port: int) -> Flow
 
 
 def direction_params(session: Session) -> tuple[dict[str, int] | None, dict[str, int] | None]:
-    """Action parameters of (original, reply); None: session_block."""
+    """Action parameters of (original, reply); None: session_block (IPv6: session_v6_block;
+    session_v6_forward takes the class and the SPM, both directions alike: no NAT)."""
     if session.state == BLOCKED:
         return None, None
     spm_port, spm_mac = (0, 0) if session.state == BYPASSED else (session.spm_port, session.spm_mac)
+    if session.v6:
+        params = {"class_id": session.class_id, "spm_port": spm_port, "spm_mac": spm_mac}
+        return params, dict(params)
     original = {
         "class_id": session.class_id,
         "spm_port": spm_port,
@@ -137,7 +188,8 @@ def direction_params(session: Session) -> tuple[dict[str, int] | None, dict[str,
 
 def parse_flow(frame: bytes) -> FlowKey | None:
     """The 5-tuple of an Ethernet frame as the pipeline keys it (ICMP echo: identifier as
-    the source port of a request, the destination port of a reply)."""
+    the source port of a request, the destination port of a reply; IPv6: the upper-layer
+    header after the extension headers, as p4src/include/parser.p4 walks them)."""
     if len(frame) < 14:
         return None
     offset = 12
@@ -146,6 +198,8 @@ def parse_flow(frame: bytes) -> FlowKey | None:
     if ethertype == pc.ETHERTYPE_VLAN and len(frame) >= 18:
         ethertype = struct.unpack_from("!H", frame, offset + 2)[0]
         offset += 4
+    if ethertype == pc.ETHERTYPE_IPV6:
+        return parse_flow6(frame, offset)
     if ethertype != pc.ETHERTYPE_IPV4 or len(frame) < offset + 20:
         return None
     ihl = (frame[offset] & 0x0F) * 4
@@ -161,6 +215,50 @@ def parse_flow(frame: bytes) -> FlowKey | None:
         if icmp_type == pc.ICMP_ECHO_REQUEST:
             sport = ident
         elif icmp_type == pc.ICMP_ECHO_REPLY:
+            dport = ident
+    return (src, dst, proto, sport, dport)
+
+
+def upper_layer6(packet: bytes, offset: int) -> tuple[int, int] | None:
+    """(protocol, offset) of the upper-layer header of the IPv6 packet at `offset`, after its
+    extension headers; None for a fragment after the first or a chain cut short."""
+    if len(packet) < offset + 40:
+        return None
+    proto = packet[offset + 6]
+    at = offset + 40
+    for _ in range(8):  # the pipeline walks at most five (RFC 8200's order)
+        if proto not in IPV6_EXTENSIONS:
+            return proto, at
+        if len(packet) < at + 8:
+            return None
+        if proto == pc.IPV6_EXT_FRAGMENT:
+            if struct.unpack_from("!H", packet, at + 2)[0] >> 3:
+                return None  # a later fragment: no upper-layer header
+            proto, at = packet[at], at + 8
+        else:
+            proto, at = packet[at], at + 8 + packet[at + 1] * 8
+    return None
+
+
+def parse_flow6(frame: bytes, offset: int) -> FlowKey | None:
+    """parse_flow of an IPv6 packet at `offset` (addresses as 128-bit integers)."""
+    found = upper_layer6(frame, offset)
+    if found is None:
+        return None
+    proto, l4 = found
+    src = int.from_bytes(frame[offset + 8 : offset + 24], "big")
+    dst = int.from_bytes(frame[offset + 24 : offset + 40], "big")
+    if src <= IPV4_MAX or dst <= IPV4_MAX:
+        return None  # ::/96: no session (module docstring)
+    sport = dport = 0
+    if proto in (pc.IP_PROTO_TCP, pc.IP_PROTO_UDP) and len(frame) >= l4 + 4:
+        sport, dport = struct.unpack_from("!HH", frame, l4)
+    elif proto == pc.IP_PROTO_ICMPV6 and len(frame) >= l4 + 6:
+        icmp_type = frame[l4]
+        ident = struct.unpack_from("!H", frame, l4 + 4)[0]
+        if icmp_type == pc.ICMPV6_ECHO_REQUEST:
+            sport = ident
+        elif icmp_type == pc.ICMPV6_ECHO_REPLY:
             dport = ident
     return (src, dst, proto, sport, dport)
 
@@ -187,7 +285,7 @@ def flow_frame(key: FlowKey) -> bytes:
 
 def partner_key(key: FlowKey, params: Mapping[str, int] | None) -> tuple[FlowKey, bool]:
     """The other direction's key, and whether `key` is the original direction."""
-    if params is None or params["nat_kind"] == pc.NAT_NONE:
+    if params is None or params.get("nat_kind", pc.NAT_NONE) == pc.NAT_NONE:
         src, dst, proto, sport, dport = key
         return (dst, src, proto, dport, sport), True
     if params["nat_before_spm"] == 0:

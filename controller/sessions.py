@@ -5,6 +5,9 @@ opening packet, needs no NAT, and on v1model builds made the session itself in i
 entries written here take over from it) or from a packet-in (the opening packet needs NAT: the CPM
 allocates the binding, installs both directions, and re-injects the packet through the pipeline).
 Both directions carry the class and the SPM the data plane chose, so the flow stays on that SPM.
+An IPv6 flow's opening packet that the ACL permits comes as a packet-in too (CPU_REASON_SESSION_V6):
+its session (`session_v6`: no NAT, not inspected, class 0) is installed the same way and the packet
+re-injected; its FIN or RST comes as a `session_close_v6_t` digest.
 
 Entries per session (the data plane's contract, docs/explanation/architecture.md, "NAT and
 inspection"):
@@ -54,6 +57,7 @@ from controller.session_model import (
     direction_params,
     flow_frame,
     flow_text,
+    key_is_v6,
     partner_key,
     reply_key,
     session_from_entries,
@@ -304,8 +308,11 @@ class SessionManager:
             key = event.key
             log = LOG.getChild("packet_in")
             if key is None:
-                log.warning("%s: packet-in (%s) that is not IPv4; dropped", event.npm, reason_name)
+                log.warning(
+                    "%s: packet-in (%s) of no IPv4 or IPv6 flow; dropped", event.npm, reason_name
+                )
                 continue
+            v6 = key_is_v6(key)
             if reason == pc.CPU_REASON_ACL:
                 self.stats.acl_to_cpu += 1
                 rule = event.metadata.get("acl_rule", pc.RULE_NONE)
@@ -318,8 +325,15 @@ class SessionManager:
                 )
                 if self.policy.sessions.acl_to_cpu != "permit":
                     continue
+            elif reason == pc.CPU_REASON_SESSION_V6:
+                if not v6:
+                    log.warning("%s: %s packet-in of an IPv4 flow; dropped", event.npm, reason_name)
+                    continue
             elif reason not in (pc.CPU_REASON_SESSION_NAT, pc.CPU_REASON_SESSION_COLLISION):
                 log.warning("%s: packet-in with unknown reason %d; dropped", event.npm, reason)
+                continue
+            elif v6:
+                log.warning("%s: %s packet-in of an IPv6 flow; dropped", event.npm, reason_name)
                 continue
             existing = self.find(event.npm, key)
             if existing is not None:
@@ -329,7 +343,10 @@ class SessionManager:
                 if existing.state != BLOCKED:
                     reinject.append((event.npm, event.payload))
                 continue
-            session = self._nat_session(event.npm, key, event.metadata, now)
+            if v6:
+                session: Session | None = self._v6_session(event.npm, key, event.metadata, now)
+            else:
+                session = self._nat_session(event.npm, key, event.metadata, now)
             if session is None:
                 continue
             self._index(session)
@@ -344,9 +361,8 @@ class SessionManager:
             self.stats.packet_outs += 1
 
     def _rule_name(self, rule: int) -> str:
-        if 0 <= rule < len(self.policy.acl_rules):
-            return f"#{rule} ({self.policy.acl_rules[rule].name})"
-        return f"#{rule}"
+        name = self.policy.rule_name(rule)
+        return f"#{rule} ({name})" if name is not None else f"#{rule}"
 
     def _is_duplicate(self, npm: str, key: FlowKey) -> bool:
         if (npm, key) in self.index:
@@ -354,6 +370,27 @@ class SessionManager:
             self.metrics.session_duplicates.labels(npm).inc()
             return True
         return False
+
+    def _v6_session(
+        self, npm: str, key: FlowKey, meta: Mapping[str, int], now: dt.datetime
+    ) -> Session:
+        """An IPv6 flow's session: both directions forward (no NAT, no inspection, class 0)."""
+        return Session(
+            id=self._new_id(),
+            npm=npm,
+            key=key,
+            reply=reply_key(key, pc.NAT_NONE, 0, 0),
+            class_id=0,
+            spm_port=0,
+            spm_mac=0,
+            nat_kind=pc.NAT_NONE,
+            nat_addr=0,
+            nat_port=0,
+            acl_rule=meta.get("acl_rule", pc.RULE_NONE),
+            ingress_port=meta.get("ingress_port", 0),
+            idle_timeout=self._timeout(key[2]),
+            created_at=now,
+        )
 
     def _nat_session(
         self, npm: str, key: FlowKey, meta: Mapping[str, int], now: dt.datetime
@@ -619,6 +656,8 @@ class SessionManager:
                 # nothing).
                 retire = connection.slots_retire_themselves
                 for s in items:
+                    if s.v6:
+                        continue  # (no data-plane slots for IPv6)
                     if (end_slots and s.slot_only) or (not retire and s.nat_kind == pc.NAT_NONE):
                         connection.packet_out(flow_frame(s.key), end_flow=True)
                         self.stats.packet_outs += 1
@@ -678,14 +717,10 @@ class SessionManager:
         return changed
 
     def on_close(self, events: Sequence[Any]) -> None:
-        """SessionCloseSeen events: RST, or FIN both ways, removes the session after the
-        linger."""
+        """SessionCloseSeen events (session_close_t, IPv6's session_close_v6_t): RST, or FIN
+        both ways, removes the session after the linger."""
         closes = [
-            (
-                event.npm,
-                (f["ipv4_src"], f["ipv4_dst"], f["ip_proto"], f["l4_sport"], f["l4_dport"]),
-                f.get("tcp_flags", 0),
-            )
+            (event.npm, _close_key(f), f.get("tcp_flags", 0))
             for event in events
             for f in event.records
         ]
@@ -914,8 +949,11 @@ class SessionManager:
         connection = self.npms[npm]
         encoder = self.encoder(npm)
         on_switch: dict[FlowKey, p4r.TableEntry] = {}
-        query = p4r.Entity(table_entry=p4r.TableEntry(table_id=encoder.table_id))
-        for entity in connection.read([query]):
+        queries = [
+            p4r.Entity(table_entry=p4r.TableEntry(table_id=table_id))
+            for table_id in encoder.table_ids
+        ]
+        for entity in connection.read(queries):
             on_switch[encoder.decode_key(entity.table_entry)] = entity.table_entry
         claimed: set[FlowKey] = set()
         reinstall: list[Session] = []
@@ -982,3 +1020,22 @@ class SessionManager:
         self._update_gauges(npm)
         LOG.info("%s: sessions reconciled: %s", npm, report.as_dict())
         return report
+
+
+def _close_key(record: Mapping[str, int]) -> FlowKey:
+    """The flow key of a session_close_t or session_close_v6_t record."""
+    if "ipv6_src_hi" in record:
+        return (
+            (record["ipv6_src_hi"] << 64) | record["ipv6_src_lo"],
+            (record["ipv6_dst_hi"] << 64) | record["ipv6_dst_lo"],
+            record["ip_proto"],
+            record["l4_sport"],
+            record["l4_dport"],
+        )
+    return (
+        record["ipv4_src"],
+        record["ipv4_dst"],
+        record["ip_proto"],
+        record["l4_sport"],
+        record["l4_dport"],
+    )

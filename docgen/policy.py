@@ -44,12 +44,14 @@ BROKEN: tuple[Broken, ...] = (
     Broken("A value of the wrong type", "  down_after: 2.5\n", "  down_after: soon\n"),
     Broken(
         "A value that is not one of the choices",
-        '  - {port: 2, name: lan-out, role: outside, mac: "02:00:00:00:00:02", '
-        "addresses: [198.51.100.1/24]}\n",
-        '  - {port: 2, name: lan-out, role: outsde, mac: "02:00:00:00:00:02", '
-        "addresses: [198.51.100.1/24]}\n",
+        "    role: outside\n",
+        "    role: outsde\n",
     ),
-    Broken("A bad prefix", "  inside: [10.0.1.0/24]\n", "  inside: [10.0.1.0/33]\n"),
+    Broken(
+        "A bad prefix",
+        "  inside: [10.0.1.0/24, 2001:db8:1::/64]\n",
+        "  inside: [10.0.1.0/33, 2001:db8:1::/64]\n",
+    ),
     Broken(
         "An unknown network name",
         "    - {name: lan-out, src: inside, action: permit}\n",
@@ -60,6 +62,12 @@ BROKEN: tuple[Broken, ...] = (
         "    - {name: ping-gateway-net, src: outside, dst: inside, proto: icmp, action: deny}\n",
         "    - {name: ping-gateway-net, src: outside, dst: inside, proto: icmp, dport: 80, "
         "action: deny}\n",
+    ),
+    Broken(
+        "A rule with literal addresses of both families",
+        "    - {name: web-forward, dst: 198.51.100.1, proto: tcp, dport: 8080, action: permit}\n",
+        '    - {name: web-forward, dst: [198.51.100.1, "2001:db8:2::1"], proto: tcp, dport: 8080, '
+        "action: permit}\n",
     ),
     Broken(
         "A route through a host that is not a neighbour",

@@ -38,6 +38,7 @@ from controller.errors import JSON_INT_MAX, Count, RequestError, Text, Text100
 from controller.policy import load_policy
 from controller.runtime import Controller
 from controller.session_encoding import SessionEncoder
+from controller.session_model import address_text, row_keys
 from controller.web.auth import COOKIE, SESSION_SECONDS, Logins
 from controller.web.history import History
 from controller.web.rules import RuleIndex
@@ -66,7 +67,12 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
 }
-PROTO_NAMES = {pc.IP_PROTO_TCP: "tcp", pc.IP_PROTO_UDP: "udp", pc.IP_PROTO_ICMP: "icmp"}
+PROTO_NAMES = {
+    pc.IP_PROTO_TCP: "tcp",
+    pc.IP_PROTO_UDP: "udp",
+    pc.IP_PROTO_ICMP: "icmp",
+    pc.IP_PROTO_ICMPV6: "icmpv6",
+}
 # The last page of a table (of the largest page size) whose offset the database takes.
 MAX_PAGE = JSON_INT_MAX // 500
 
@@ -258,14 +264,16 @@ class Console:
         for row in rows:
             spec = policy.class_by_id(row["class_id"]) if policy is not None else None
             created = row["created_at"]
+            key, reply = row_keys(row)
+            v6 = bool(row.get("src6"))
             out.append(
                 {
                     "id": row["id"],
                     "npm": row["npm"],
                     "proto": PROTO_NAMES.get(row["proto"], str(row["proto"])),
-                    "src": _ip(row["src"]),
+                    "src": address_text(key[0], v6),
                     "sport": row["sport"],
-                    "dst": _ip(row["dst"]),
+                    "dst": address_text(key[1], v6),
                     "dport": row["dport"],
                     "nat": pc.NAT_NAMES.get(row["nat_kind"], str(row["nat_kind"])),
                     "nat_addr": _ip(row["nat_addr"]) if row["nat_kind"] else None,
@@ -276,14 +284,8 @@ class Console:
                     "state": row["state"],
                     "age_seconds": round(now - created.timestamp(), 1) if created else None,
                     "bytes": None,
-                    "key": (row["src"], row["dst"], row["proto"], row["sport"], row["dport"]),
-                    "reply": (
-                        row["r_src"],
-                        row["r_dst"],
-                        row["proto"],
-                        row["r_sport"],
-                        row["r_dport"],
-                    ),
+                    "key": key,
+                    "reply": reply,
                 }
             )
         return out

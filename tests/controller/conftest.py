@@ -13,6 +13,7 @@ import pytest
 
 from controller.npm import NpmAddress, Pipeline
 from controller.runtime import Controller, ControllerOptions
+from tests.controller.real_switch import Lab, running_lab
 from tests.switch_double import SwitchDouble
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -86,3 +87,10 @@ def make_controller(tmp_path: Path, lab: Path) -> Iterator[ControllerFactory]:
     yield make
     for controller in reversed(started):
         controller.stop()
+
+
+@pytest.fixture
+def real_lab(request: pytest.FixtureRequest, tmp_path: Path, lab: Path) -> Iterator[Lab]:
+    """The lab policy on a real switch over veths (tests/controller/real_switch.py); indirect
+    parameters: (old, new) replacements in the policy."""
+    yield from running_lab(request, tmp_path, lab)

@@ -54,7 +54,8 @@ def phases(controller: Controller, state: NpmState, policy: Policy) -> dict[str,
     assert flip is not None
     diff = plan.base_diff
     idle = sum(len(batch) for batch in body)
-    additions = diff.count() - len(diff.delete_entries + diff.delete_groups + diff.delete_members)
+    removals = len(diff.delete_entries + diff.delete_groups + diff.delete_members)
+    additions = diff.count() - removals
     assert idle > 2 and additions > 0 and diff.delete_entries, "each step must write something"
     return {
         "idle bank": 0,
@@ -62,6 +63,7 @@ def phases(controller: Controller, state: NpmState, policy: Policy) -> dict[str,
         "base additions": idle,
         "flip": idle + additions,
         "base removals": idle + additions + len(flip),
+        "after the removals": idle + additions + len(flip) + removals,
     }
 
 
@@ -153,9 +155,11 @@ def test_an_npm_that_cannot_be_put_back_is_reconciled_and_says_so(
     assert running is not None
     new = changed(lab)
     [state] = controller.states.values()
-    at = phases(controller, state, new)["base removals"]
+    steps = phases(controller, state, new)
+    at, after = steps["base removals"], steps["after the removals"]
     full = (grpc.StatusCode.RESOURCE_EXHAUSTED, "table is full")
-    switch.fail_next_writes(*[None] * at, full, full)
+    # the first removal fails (the others go through), then the first update putting it back
+    switch.fail_next_writes(*[None] * at, full, *[None] * (after - at - 1), full)
     with pytest.raises(RequestError) as refused:
         apply(controller, new)
     assert refused.value.status == 409

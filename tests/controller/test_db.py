@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy
 
-from controller.db import Database
+from controller.db import Database, SessionRow
+from controller.session_model import Session
 from opengate import p4constants as pc
 from tests.controller.conftest import ControllerFactory
 from tests.controller.flows import H1, OUT1, key, request
@@ -46,6 +49,8 @@ def _row(session_id: int, npm: str = "npm1") -> dict[str, object]:
         "proto": 6,
         "src": 0xC6336414,
         "dst": 0xFFFFFFFE,
+        "src6": None,
+        "dst6": None,
         "sport": 1,
         "dport": 2,
         "r_src": 0xFFFFFFFE,
@@ -119,6 +124,79 @@ def test_database_round_trips(db_url: str) -> None:
         assert db.spms()[0]["report"] == {"cpu": 1}
         alert = db.add_alert(spm="spm1", sid=1, msg="m", action="drop", session_id=1)
         assert db.alerts()[0]["id"] == alert
+    finally:
+        db.close()
+
+
+def test_ipv6_sessions_are_stored_searched_and_read_back(db_url: str) -> None:
+    """An IPv6 session's addresses go to src6 and dst6 as text; the console's search finds it by
+    address and by [address]:port; Session.from_row gives its 128-bit key and reply back."""
+    db = Database(db_url)
+    db.create()
+    try:
+        src = int(ipaddress.IPv6Address("2001:db8:1::10"))
+        dst = int(ipaddress.IPv6Address("2001:db8:2::20"))
+        session = Session.from_row({**_row(1), **_v6_columns(src, dst)})
+        assert session.key == (src, dst, 6, 1, 2) and session.reply == (dst, src, 6, 2, 1)
+        db.insert_sessions([session.row(), _row(2)])
+        (row,) = [r for r in db.sessions() if r["id"] == 1]
+        assert (row["src6"], row["dst6"], row["src"], row["r_dst"]) == (
+            "2001:db8:1::10",
+            "2001:db8:2::20",
+            0,
+            0,
+        )
+        again = Session.from_row(row)
+        assert (again.key, again.reply) == (session.key, session.reply)
+        for word, ids in (
+            ("2001:db8:1::10", [1]),
+            ("2001:DB8:2:0::20", [1]),
+            ("[2001:db8:2::20]:2", [1]),
+            ("[2001:db8:2::20]:3", []),
+            ("10.0.1.10", []),
+            ("198.51.100.20", [2]),
+        ):
+            _, page = db.session_page(search=word)
+            assert [r["id"] for r in page] == ids, word
+    finally:
+        db.close()
+
+
+def _v6_columns(src: int, dst: int) -> dict[str, object]:
+    return {
+        "src": 0,
+        "dst": 0,
+        "r_src": 0,
+        "r_dst": 0,
+        "src6": str(ipaddress.IPv6Address(src)),
+        "dst6": str(ipaddress.IPv6Address(dst)),
+    }
+
+
+def test_a_database_of_an_earlier_version_gets_the_ipv6_columns(tmp_path: Path) -> None:
+    """A sessions table made before src6 and dst6 existed: create() adds them, and rows written
+    before still read back (as IPv4 sessions)."""
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    old = sqlalchemy.create_engine(url)
+    columns = [c.name for c in SessionRow.__table__.columns if c.name not in ("src6", "dst6")]
+    with old.begin() as conn:
+        conn.exec_driver_sql(f"CREATE TABLE sessions ({', '.join(columns)}, PRIMARY KEY (id))")
+        values = {k: v for k, v in _row(7).items() if k in columns}
+        values["created_at"] = str(values["created_at"])
+        names = ", ".join(values)
+        marks = ", ".join("?" for _ in values)
+        conn.exec_driver_sql(
+            f"INSERT INTO sessions ({names}) VALUES ({marks})", tuple(values.values())
+        )
+    old.dispose()
+    db = Database(url)
+    db.create()
+    try:
+        (row,) = db.sessions()
+        assert (row["id"], row["src"], row["src6"]) == (7, 0xC6336414, None)
+        assert Session.from_row(row).key == (0xC6336414, 0xFFFFFFFE, 6, 1, 2)
+        db.insert_sessions([{**_row(8), "src6": "2001:db8::1", "dst6": "2001:db8::2"}])
+        assert db.session_count() == 2
     finally:
         db.close()
 

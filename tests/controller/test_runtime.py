@@ -71,7 +71,8 @@ def test_first_start_pushes_the_pipeline_and_the_base_configuration(
         (1, [8, 8]),
         (2, [8]),
     ]
-    assert len(switch.entities("digest_entry")) == 2
+    # session_request_t, session_close_t and IPv6's session_close_v6_t
+    assert len(switch.entities("digest_entry")) == 3
     meters = [e.meter_entry for e in switch.entities("meter_entry")]
     configured = {(m.meter_id, m.index.index) for m in meters if m.HasField("config")}
     assert len(configured) == 2, configured  # class 1 (web) and the NAT CPU reason

@@ -59,6 +59,11 @@ async function api(path, options) {
   return body;
 }
 
+// An address and port: `10.0.1.10:5000`, `[2001:db8:1::10]:5000`.
+function endpoint(address, port) {
+  return address.includes(":") ? `[${address}]:${port}` : `${address}:${port}`;
+}
+
 function number(value, digits) {
   if (value === null || value === undefined) return "–";
   return Number(value).toLocaleString("en", { maximumFractionDigits: digits === undefined ? 1 : digits });
@@ -306,7 +311,7 @@ const sessionsPage = {
     const blocked = row.state === "blocked";
     return el("tr", { "data-id": row.id },
       td(row.id, "num"), td(row.npm), td(row.proto),
-      td(`${row.src}:${row.sport}`), td(`${row.dst}:${row.dport}`), td(nat),
+      td(endpoint(row.src, row.sport)), td(endpoint(row.dst, row.dport)), td(nat),
       td(row.class ? `${row.class} (${row.class_id})` : row.class_id), td(row.spm),
       td(bytes(row.bytes), "num"), td(age(row.age_seconds), "num"),
       el("td", { class: `state-${row.state}` }, row.state),
