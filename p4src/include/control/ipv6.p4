@@ -158,7 +158,9 @@ control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
             hdr.ipv6.dst_hi : ternary @name("ipv6_dst_hi");
             hdr.ipv6.dst_lo : ternary @name("ipv6_dst_lo");
         }
-        actions = { route_v6_to; @defaultonly no_route_v6; }
+        // no_route_v6 as an entry: the gateway's own addresses (a /128 each), so that a
+        // default route does not take a ping of the gateway out of it (the CPM answers it).
+        actions = { route_v6_to; no_route_v6; }
         const default_action = no_route_v6();
         size = ROUTE_V6_TABLE_SIZE;
     }
