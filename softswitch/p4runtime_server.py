@@ -57,6 +57,7 @@ TIMER_TICK_SECONDS = 0.02
 # The largest gRPC message the server takes or sends (PI's pi_server.cpp: 256 MiB).
 MAX_MESSAGE_BYTES = 256 << 20
 
+
 class P4RuntimeService(WriteHandlers, ReadHandlers, p4r_grpc.P4RuntimeServicer):
     def __init__(self, switch: Switch, engine: str | None = None) -> None:
         self.switch = switch

@@ -65,7 +65,7 @@ def test_udp_over_ipv6_is_answered(gateway: GatewayNetwork) -> None:
         "s.settimeout(5); "
         f"s.sendto(b'hello', ('{OUT1}', 7)); print(s.recv(200).decode())"
     )
-    reply = ok(gateway, "h1", f"python3 -c \"{probe}\"").strip()
+    reply = ok(gateway, "h1", f'python3 -c "{probe}"').strip()
     assert reply.startswith(f"{H1}:") and reply.endswith(" hello"), reply
 
 
