@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from controller import acl6
+from controller import acl6, ids6
 from controller import policy_values as pv
 from controller.acl6 import Acl6Rule, Prefix6
 from controller.hsm.rules import (
@@ -38,13 +38,15 @@ from controller.hsm.rules import (
     Origin,
     parse_classbench,
 )
-from controller.hsm.snort_header import ClassMap, IdsHeaders, load_ids_file
+from controller.hsm.snort_header import ClassMap, IdsHeaders, ids_rules_from_raw
+from controller.ids6 import Ids6Rule
 from opengate import p4constants as pc
 from opengate import yamlconf
 from opengate.errors import ConfigError
 from opengate.fields import ANY_PORT, ProtoMatch
 from opengate.ipsec import IpsecSpec, parse_ipsec
 from opengate.snort.header import SnortVariables
+from opengate.snort.rules import parse_rules_file
 from opengate.yamlconf import (
     LineDict,
     Reader,
@@ -312,6 +314,8 @@ class Policy:
     routes6: tuple[Route6, ...] = ()
     acl6: tuple[Acl6Rule, ...] = ()
     icmpv6_errors: str = "permit"  # acl.icmpv6_errors: permit (RFC 4890) | policy
+    # the IDS rules' headers for IPv6, in matching order (the CPM classifies IPv6 flows itself)
+    ids6_rules: tuple[Ids6Rule, ...] = ()
 
     # -- lookups the controller needs ---------------------------------------------------------
 
@@ -510,7 +514,7 @@ class _Loader:
         acl6_rules = [spec.rule6 for spec in acl_rules if spec.rule6 is not None]
         if icmpv6_errors == "permit":
             acl6_rules.append(acl6.icmpv6_errors_rule(len(acl_rules)))
-        ids_file, ids_headers = self._ids(top, classes)
+        ids_file, ids_headers, ids6_rules = self._ids(top, classes)
         nat = self._nat(top, ports, routes)
         sessions = self._sessions(top)
         ipsec = self._ipsec(top, ports, pools, chains)
@@ -545,6 +549,7 @@ class _Loader:
             routes6=routes6,
             acl6=tuple(acl6_rules),
             icmpv6_errors=icmpv6_errors,
+            ids6_rules=ids6_rules,
         )
 
     # -- helpers -------------------------------------------------------------------------------
@@ -1048,9 +1053,11 @@ class _Loader:
             )
         return AclRuleSpec(name, rule, item.line, rule6)
 
-    def _ids(self, top: Reader, classes: Sequence[ClassSpec]) -> tuple[str | None, IdsHeaders]:
+    def _ids(
+        self, top: Reader, classes: Sequence[ClassSpec]
+    ) -> tuple[str | None, IdsHeaders, tuple[Ids6Rule, ...]]:
         if not top.has("ids"):
-            return None, IdsHeaders((), (), 0)
+            return None, IdsHeaders((), (), 0), ()
         section = top.sub("ids")
         target = self._file(section, "rules")
         # The policy's networks are Snort variables too ($inside); ids.variables override.
@@ -1077,15 +1084,15 @@ class _Loader:
             by_service={name: c.class_id for c in classes for name in c.services},
             by_classtype={name: c.class_id for c in classes for name in c.classtypes},
         )
-        headers, _ = load_ids_file(
-            target,
-            variables=SnortVariables().with_values(values, str(self.path)),
-            class_map=class_map,
-        )
+        raw_rules = parse_rules_file(target).rules
+        variables = SnortVariables().with_values(values, str(self.path))
+        headers = ids_rules_from_raw(raw_rules, variables, class_map)
         # Rules no class claims (class 0) are not classified: they must not shadow later ones.
         kept = tuple(r for r in headers.rules if r.class_id != 0)
+        # The same rules for IPv6 flows, which the CPM classifies (controller.ids6).
+        rules6 = ids6.rules_from_raw(raw_rules, variables.values, class_map)
         section.reject_unknown()
-        return str(target), IdsHeaders(kept, headers.notes, headers.total)
+        return str(target), IdsHeaders(kept, headers.notes, headers.total), rules6
 
     def _nat(self, top: Reader, ports: Sequence[PortSpec], routes: Sequence[Route]) -> NatSpec:
         if not top.has("nat"):

@@ -24,9 +24,10 @@ what changed between the two is applied:
 What a rematch does not change: NAT bindings (a masqueraded or forwarded flow keeps its
 translation, even if the new policy would translate it otherwise) and idle timeouts.
 
-An IPv6 session (no class, no SPM) is judged by the ACL's IPv6 rules alone (`controller.acl6`,
-first match over the rules as `ipv6_acl` orders them): blocked when the new policy denies its
-opening packet and the old one did not.
+An IPv6 session is judged the same way by what the CPM classified it with: the ACL's IPv6
+rules (`controller.acl6`, first match over the rules as `ipv6_acl` orders them), blocked when the
+new policy denies its opening packet and the old one did not; and the IDS rules' IPv6 headers
+(`controller.ids6`), re-steered as above when its class or the class's chain changed.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from controller.hsm.linear import Classification, LinearClassifier
 from controller.hsm.lookup import TableState, Walker
 from controller.hsm.rules import AclAction, AclRule, IdsRule
 from controller.hsm.update import flip_entry
+from controller.ids6 import Ids6Classifier
 from controller.policy import Policy, SpmSpec
 from controller.session_encoding import FlowKey
 from controller.session_model import BLOCKED, BYPASSED, Session
@@ -151,7 +153,8 @@ def judge(
     # default.)
     same_tables = old_classify is classify
     same6 = same_default and old_policy.acl6 == policy.acl6
-    if same_tables and unchanged_rest and same6:
+    same_ids6 = old_policy.ids6_rules == policy.ids6_rules
+    if same_tables and unchanged_rest and same6 and same_ids6:
         return
     # A packet that no added, removed or moved rule matches keeps its first match (the rules it
     # matches keep their order), so its verdict and class are the old ones.
@@ -161,9 +164,18 @@ def judge(
         if session.state == BLOCKED:
             return None
         if session.v6:
-            if same6 or not _denied6(old_policy, policy, session):
+            if not same6 and _denied6(old_policy, policy, session):
+                return Change(session, "denied", session.class_id, 0, 0, block=True)
+            if session.state == BYPASSED or (same_ids6 and unchanged_rest):
                 return None
-            return Change(session, "denied", session.class_id, 0, 0, block=True)
+            class_before = classify6(old_policy, session.key)
+            class_after = classify6(policy, session.key)
+            if (class_before, _chain(old_policy, class_before)) == (
+                class_after,
+                _chain(policy, class_after),
+            ):
+                return None
+            return _steering(session, policy, class_after, live_members, choose)
         src, dst, proto, sport, dport = session.key
         packet = Packet(src, dst, sport, dport, proto)
         if same_tables:
@@ -198,6 +210,22 @@ def judge(
 
     for session in sessions:
         yield one(session)
+
+
+# The IPv6 IDS classifiers of the last policies asked for (the dispatcher's thread alone asks).
+_classifiers6: list[tuple[Policy, Ids6Classifier]] = []
+
+
+def classify6(policy: Policy, key: FlowKey) -> int:
+    """The IDS class the policy gives an IPv6 flow's opening packet (controller.ids6)."""
+    found = [c for seen, c in _classifiers6 if seen is policy]
+    if found:
+        classifier6 = found[0]
+    else:
+        classifier6 = Ids6Classifier(policy.ids6_rules)
+        _classifiers6[:] = [*_classifiers6[-1:], (policy, classifier6)]
+    rule = classifier6.classify(key)
+    return 0 if rule is None else rule.class_id
 
 
 def _denied6(old: Policy, new: Policy, session: Session) -> bool:

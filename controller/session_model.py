@@ -4,10 +4,11 @@ docs/explanation/architecture.md, "NAT and inspection"), both ways: the entries 
 (`direction_params`), and the session a pair of entries found on a switch stands for
 (`partner_key`, `session_from_entries`).
 
-An IPv6 session (`session_v6`'s two entries: no NAT, no inspection, class 0) has the same kind of
-key with 128-bit addresses. The two families' keys never meet: the CPM makes no session of an
-IPv6 address below 2**32 (::/96, the IPv4-compatible addresses RFC 4291 deprecates), so a key is
-IPv6's exactly when an address of it is above 2**32 - 1 (`key_is_v6`)."""
+An IPv6 session (`session_v6`'s two entries: no NAT, both with the class and SPM the CPM chose)
+has the same kind of key with 128-bit addresses. The two families' keys never meet: the CPM
+makes no session of an IPv6 address below 2**32 (::/96, the IPv4-compatible addresses RFC 4291
+deprecates), so a key is IPv6's exactly when an address of it is above 2**32 - 1
+(`key_is_v6`)."""
 
 from __future__ import annotations
 

@@ -6,8 +6,13 @@ entries written here take over from it) or from a packet-in (the opening packet 
 allocates the binding, installs both directions, and re-injects the packet through the pipeline).
 Both directions carry the class and the SPM the data plane chose, so the flow stays on that SPM.
 An IPv6 flow's opening packet that the ACL permits comes as a packet-in too (CPU_REASON_SESSION_V6):
-its session (`session_v6`: no NAT, not inspected, class 0) is installed the same way and the packet
-re-injected; its FIN or RST comes as a `session_close_v6_t` digest.
+the CPM gives it what the data plane gives an IPv4 flow, its IDS class (`controller.ids6`, the
+same rules' IPv6 headers, first match) and, when the class's chain needs an SPM, a member of the
+chain's pool that is up (`SpmPool.choose`: by the pool's weights, the same for both directions;
+none up: the chain's `on_failure`, open routes the flow uninspected, closed blocks the session);
+its session (`session_v6`: no NAT, both entries with the class and the SPM) is installed the same
+way and the packet re-injected (not when blocked); its FIN or RST comes as a `session_close_v6_t`
+digest.
 
 Entries per session (the data plane's contract, docs/explanation/architecture.md, "NAT and
 inspection"):
@@ -47,10 +52,11 @@ from controller.gateway_icmp import GatewayIcmp
 from controller.metrics import Metrics
 from controller.npm import NpmConnection, WriteResult
 from controller.policy import Policy
-from controller.rematch import OUTCOMES, Classify, HoldJob, PolicyHold
+from controller.rematch import OUTCOMES, Classify, HoldJob, PolicyHold, classify6
 from controller.session_close import Close, SessionCloses, close_reason
 from controller.session_encoding import FlowKey, SessionEncoder, SessionUpdate
 from controller.session_model import (
+    ACTIVE,
     BLOCKED,
     BYPASSED,
     Session,
@@ -159,6 +165,7 @@ class SessionManager:
         # fails each further flow at once instead of scanning the whole range again.
         self._nat_full: dict[tuple[str, int, int, int, int], Policy] = {}
         self._nat_failures = ThrottledWarning(LOG, "no free NAT port")
+        self._no_spm = ThrottledWarning(LOG, "no SPM of the pool is up, the chain fails closed")
         # Slot-only sessions by idle timeout, each oldest report first (ageing, on_tick).
         self._slots: dict[float, OrderedDict[int, Session]] = {}
         # Sessions held to applied policies (and the last apply's settling time).
@@ -187,14 +194,14 @@ class SessionManager:
     def find_flow(self, key: FlowKey) -> Session | None:
         """The session of a flow as an SPM names it: the original direction's addresses (NAT
         is applied after the SPM one way and undone before it the other way), either way round.
-        ICMP flows are named by type and code, not by the echo identifier: matched on addresses
-        (the oldest such session)."""
+        ICMP and ICMPv6 flows are named by type and code, not by the echo identifier: matched on
+        addresses (the oldest such session)."""
         src, dst, proto, sport, dport = key
         for candidate in (key, (dst, src, proto, dport, sport)):
             session = self.find(None, candidate)
             if session is not None:
                 return session
-        if proto == pc.IP_PROTO_ICMP:
+        if proto in (pc.IP_PROTO_ICMP, pc.IP_PROTO_ICMPV6):
             for session in self.sessions.values():
                 ends = (session.key[0], session.key[1])
                 if session.key[2] == proto and ends in ((src, dst), (dst, src)):
@@ -355,7 +362,11 @@ class SessionManager:
             )
         for npm, items in pending.items():
             done = self._install(npm, items)
-            reinject += [(npm, p.payload) for p in done if p.payload is not None]
+            reinject += [
+                (npm, p.payload)
+                for p in done
+                if p.payload is not None and p.session.state != BLOCKED
+            ]
         for npm, payload in reinject:
             self.npms[npm].packet_out(payload, submit_to_ingress=True)
             self.stats.packet_outs += 1
@@ -374,15 +385,20 @@ class SessionManager:
     def _v6_session(
         self, npm: str, key: FlowKey, meta: Mapping[str, int], now: dt.datetime
     ) -> Session:
-        """An IPv6 flow's session: both directions forward (no NAT, no inspection, class 0)."""
+        """An IPv6 flow's session: both directions forward (no NAT) with the flow's class and
+        SPM (`steer6`), or blocked when its chain needs an SPM, none is up and it fails
+        closed."""
+        class_id, spm_port, spm_mac, blocked = self.steer6(key)
+        if blocked:
+            self._no_spm.warning(npm, f"{flow_text(key)} (class {class_id}): session blocked")
         return Session(
             id=self._new_id(),
             npm=npm,
             key=key,
             reply=reply_key(key, pc.NAT_NONE, 0, 0),
-            class_id=0,
-            spm_port=0,
-            spm_mac=0,
+            class_id=class_id,
+            spm_port=spm_port,
+            spm_mac=spm_mac,
             nat_kind=pc.NAT_NONE,
             nat_addr=0,
             nat_port=0,
@@ -390,7 +406,28 @@ class SessionManager:
             ingress_port=meta.get("ingress_port", 0),
             idle_timeout=self._timeout(key[2]),
             created_at=now,
+            state=BLOCKED if blocked else ACTIVE,
         )
+
+    def classify6(self, key: FlowKey) -> int:
+        """The IDS class of an IPv6 flow's opening packet under the current policy (0: no IDS
+        rule matches it)."""
+        return classify6(self.policy, key)
+
+    def steer6(self, key: FlowKey) -> tuple[int, int, int, bool]:
+        """(class, SPM port, SPM MAC, blocked) of a new IPv6 flow, as the data plane steers an
+        IPv4 one: a class whose chain needs an SPM gets a member of the chain's pool that is up
+        (by the pool's weights, the same member for both directions); with none up, the chain's
+        on_failure: open, no SPM; closed, the session is blocked."""
+        class_id = self.classify6(key)
+        spec = self.policy.class_by_id(class_id)
+        if spec is None or spec.chain is None:
+            return class_id, 0, 0, False
+        chain = self.policy.chain(spec.chain)
+        chosen = self.spms.choose(chain.pool, key)
+        if chosen is not None:
+            return class_id, chosen.port, chosen.mac, False
+        return class_id, 0, 0, chain.on_failure == "closed"
 
     def _nat_session(
         self, npm: str, key: FlowKey, meta: Mapping[str, int], now: dt.datetime

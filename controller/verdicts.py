@@ -1,5 +1,6 @@
 """What the SPMs say about flows: alerts (stored; a drop alert blocks its flow's session) and
-bypass requests (a clean flow of a class that allows it is offloaded to the fast path). Either
+bypass requests (a clean flow of a class that allows it is offloaded to the fast path), of
+either family (an IPv6 flow's addresses in IPv6 text, ICMPv6 as `ipv6-icmp`). Either
 may come before the CPM knows the session (the data plane made it and its digest is still on
 its way): it is kept for EARLY_SECONDS (EARLY_KEPT at most) and applied when the session is
 installed, a block over a bypass of the same flow."""
@@ -18,13 +19,19 @@ from controller.db import Database
 from controller.errors import RequestError
 from controller.metrics import Metrics
 from controller.session_encoding import FlowKey
-from controller.session_model import BLOCKED, Session
+from controller.session_model import BLOCKED, IPV4_MAX, Session
 from controller.sessions import SessionManager
 from opengate import p4constants as pc
 
 LOG = logging.getLogger(__name__)
 
-PROTO_NAMES = {"tcp": pc.IP_PROTO_TCP, "udp": pc.IP_PROTO_UDP, "icmp": pc.IP_PROTO_ICMP}
+PROTO_NAMES = {
+    "tcp": pc.IP_PROTO_TCP,
+    "udp": pc.IP_PROTO_UDP,
+    "icmp": pc.IP_PROTO_ICMP,
+    "ipv6-icmp": pc.IP_PROTO_ICMPV6,  # the SPM's name (Suricata's, IANA's keyword)
+    "icmpv6": pc.IP_PROTO_ICMPV6,
+}
 DROP_ACTIONS = ("drop", "block", "reject", "sdrop")
 EARLY_SECONDS = 5.0
 EARLY_KEPT = 4096
@@ -53,9 +60,16 @@ class SpmVerdicts:
                     proto = int(proto_value)
             else:
                 proto = int(proto_value)
+            src = ipaddress.ip_address(str(flow["src"]))
+            dst = ipaddress.ip_address(str(flow["dst"]))
+            if src.version != dst.version:
+                raise ValueError(f"{src} and {dst} are of different address families")
+            if src.version == 6 and (int(src) <= IPV4_MAX or int(dst) <= IPV4_MAX):
+                # ::/96: the CPM makes no session of such an address (controller.session_model)
+                raise ValueError(f"{src} > {dst}: no session has an address in ::/96")
             return (
-                int(ipaddress.IPv4Address(str(flow["src"]))),
-                int(ipaddress.IPv4Address(str(flow["dst"]))),
+                int(src),
+                int(dst),
                 proto,
                 int(flow.get("sport") or 0),
                 int(flow.get("dport") or 0),
@@ -185,9 +199,9 @@ class SpmVerdicts:
 
 
 def _early_name(key: FlowKey) -> FlowKey:
-    """How an early request is filed: by its 5-tuple, but an ICMP flow by its addresses alone
-    (an SPM names it by type and code, the session by the echo identifier; `find_flow` matches
-    it the same way)."""
-    if key[2] == pc.IP_PROTO_ICMP:
+    """How an early request is filed: by its 5-tuple, but an ICMP or ICMPv6 flow by its
+    addresses alone (an SPM names it by type and code, the session by the echo identifier;
+    `find_flow` matches it the same way)."""
+    if key[2] in (pc.IP_PROTO_ICMP, pc.IP_PROTO_ICMPV6):
         return (key[0], key[1], key[2], 0, 0)
     return key

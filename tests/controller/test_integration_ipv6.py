@@ -27,6 +27,7 @@ from scapy.layers.inet6 import (
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 
+from controller import events as ev
 from opengate import p4constants as pc
 from tests.controller.conftest import wait_until
 from tests.controller.flows import GW_IN_MAC, GW_OUT_MAC
@@ -95,12 +96,12 @@ def _checksum_verified(frame: Packet, layer: type[Packet]) -> None:
 
 
 def test_an_outbound_syn_gets_its_session_and_leaves_routed(real_lab: Lab) -> None:
-    """The SYN goes to the CPM, which installs both directions and sends it back through the
-    pipeline: it leaves port 2 with the hop limit one less and the MACs rewritten; the SYN-ACK
-    comes back to h1 through the reply entry."""
-    syn = _tcp(H1_6, OUT1_6, 40000, 80, "S", inside=True)
+    """The SYN (ssh: no IDS rule classifies it, so no SPM) goes to the CPM, which installs both
+    directions and sends it back through the pipeline: it leaves port 2 with the hop limit one
+    less and the MACs rewritten; the SYN-ACK comes back to h1 through the reply entry."""
+    syn = _tcp(H1_6, OUT1_6, 40000, 22, "S", inside=True)
     real_lab.wires[1].send(syn)
-    seen = real_lab.wires[2].expect(lambda f: _is_tcp6(f, 80))
+    seen = real_lab.wires[2].expect(lambda f: _is_tcp6(f, 22))
     assert (seen[Ether].src, seen[Ether].dst) == (GW_OUT_MAC, OUT1_MAC)
     assert (seen[IPv6].src, seen[IPv6].dst, seen[IPv6].hlim) == (H1_6, OUT1_6, 63)
     assert (seen[TCP].sport, seen[TCP].flags) == (40000, "S")
@@ -108,14 +109,14 @@ def test_an_outbound_syn_gets_its_session_and_leaves_routed(real_lab: Lab) -> No
     sessions = real_lab.controller.sessions
     assert sessions is not None
     assert sessions.stats.packet_outs == 1, "sent back through the pipeline once"
-    reply = _tcp(OUT1_6, H1_6, 80, 40000, "SA", inside=False)
+    reply = _tcp(OUT1_6, H1_6, 22, 40000, "SA", inside=False)
     real_lab.wires[2].send(reply)
     back = real_lab.wires[1].expect(lambda f: _is_tcp6(f, 40000))
     assert (back[Ether].src, back[Ether].dst, back[IPv6].hlim) == (GW_IN_MAC, H1_MAC, 63)
     assert back[TCP].flags == "SA"
     real_lab.controller.db_writer.flush()
     (row,) = real_lab.controller.db.sessions()
-    assert (row["src6"], row["dst6"], row["sport"], row["dport"]) == (H1_6, OUT1_6, 40000, 80)
+    assert (row["src6"], row["dst6"], row["sport"], row["dport"]) == (H1_6, OUT1_6, 40000, 22)
 
 
 @pytest.mark.parametrize("real_lab", [INBOUND_ACKS], indirect=True)
@@ -133,12 +134,12 @@ def test_inbound_traffic_no_session_admits_is_dropped(real_lab: Lab) -> None:
 
 
 def test_fin_both_ways_ends_the_session(real_lab: Lab) -> None:
-    real_lab.wires[1].send(_tcp(H1_6, OUT1_6, 40001, 80, "S", inside=True))
-    real_lab.wires[2].expect(lambda f: _is_tcp6(f, 80))
+    real_lab.wires[1].send(_tcp(H1_6, OUT1_6, 40001, 22, "S", inside=True))
+    real_lab.wires[2].expect(lambda f: _is_tcp6(f, 22))
     wait_until("the session", lambda: _sessions(real_lab) == 1)
-    real_lab.wires[1].send(_tcp(H1_6, OUT1_6, 40001, 80, "FA", inside=True))
-    real_lab.wires[2].expect(lambda f: _is_tcp6(f, 80) and "F" in f[TCP].flags)
-    real_lab.wires[2].send(_tcp(OUT1_6, H1_6, 80, 40001, "FA", inside=False))
+    real_lab.wires[1].send(_tcp(H1_6, OUT1_6, 40001, 22, "FA", inside=True))
+    real_lab.wires[2].expect(lambda f: _is_tcp6(f, 22) and "F" in f[TCP].flags)
+    real_lab.wires[2].send(_tcp(OUT1_6, H1_6, 22, 40001, "FA", inside=False))
     real_lab.wires[1].expect(lambda f: _is_tcp6(f, 40001) and "F" in f[TCP].flags)
     wait_until("the session ended", lambda: _sessions(real_lab) == 0)
     wait_until("its entries deleted", lambda: _v6_entries(real_lab) == 0)
@@ -203,3 +204,62 @@ def _advertisement_of(target: str) -> Callable[[Ether], bool]:
         return bool(frame.haslayer(ICMPv6ND_NA) and frame[ICMPv6ND_NA].tgt == target)
 
     return match
+
+
+def _via_spm(lab: Lab, frame: bytes, dport: int) -> tuple[int, Ether]:
+    """Send `frame` in on port 1 and return (the SPM port it reached, what arrived there)."""
+    lab.wires[1].send(frame)
+    found: dict[int, Ether] = {}
+
+    def arrived() -> bool:
+        for port in (3, 4):
+            ready, _, _ = select.select([lab.wires[port].sock], [], [], 0)
+            if ready:
+                found[port] = lab.wires[port].expect(lambda f: _is_tcp6(f, dport), timeout=1)
+                return True
+        return False
+
+    wait_until("the packet at an SPM port", arrived)
+    ((port, seen),) = found.items()
+    return port, seen
+
+
+def test_an_inspected_flow_visits_its_spm_both_ways_and_a_drop_verdict_blocks_it(
+    real_lab: Lab,
+) -> None:
+    """Outbound web (class web, pool main): the SYN reaches the SPM the CPM pinned, tagged as
+    IPv4's are (destination the SPM's MAC, source 02:4f:47:00 and the NPM's tag, hop limit
+    untouched); sent back by the SPM (to the tag MAC), it leaves port 2 routed; the SYN-ACK
+    visits the same SPM. A drop alert naming the flow in IPv6 text blocks both entries: the
+    next segment is dropped as SESSION_BLOCKED."""
+    controller = real_lab.controller
+    syn = _tcp(H1_6, OUT1_6, 40010, 80, "S", inside=True)
+    port, seen = _via_spm(real_lab, syn, 80)
+    spm = {3: "00:00:00:00:03:33", 4: "00:00:00:00:04:44"}[port]
+    tag = controller.states["npm1"].tag_base
+    tag_mac = f"02:4f:47:00:{tag >> 8:02x}:{tag & 0xFF:02x}"
+    assert (seen[Ether].dst, seen[Ether].src, seen[IPv6].hlim) == (spm, tag_mac, 64)
+    back = Ether(src=spm, dst=tag_mac) / seen[IPv6]
+    real_lab.wires[port].send(bytes(back))
+    out = real_lab.wires[2].expect(lambda f: _is_tcp6(f, 80))
+    assert (out[Ether].src, out[Ether].dst, out[IPv6].hlim) == (GW_OUT_MAC, OUT1_MAC, 63)
+    real_lab.controller.db_writer.flush()
+    (row,) = controller.db.sessions()
+    assert (row["class_id"], row["spm_port"]) == (1, port)
+    reply = _tcp(OUT1_6, H1_6, 80, 40010, "SA", inside=False)
+    real_lab.wires[2].send(reply)
+    again = real_lab.wires[port].expect(lambda f: _is_tcp6(f, 40010))
+    assert (again[Ether].dst, again[Ether].src) == (spm, tag_mac)
+    name = {3: "spm1", 4: "spm2"}[port]
+    alert = {
+        "sid": 1000001,
+        "msg": "outbound web",
+        "action": "drop",
+        "flow": {"proto": "tcp", "src": H1_6, "dst": OUT1_6, "sport": 40010, "dport": 80},
+    }
+    result = controller.bus.publish(ev.AlertReceived(name, alert)).result(timeout=10)
+    assert any(isinstance(r, dict) and r.get("blocked") for r in result), result
+    blocked = _drops(real_lab, "SESSION_BLOCKED")
+    real_lab.wires[1].send(_tcp(H1_6, OUT1_6, 40010, 80, "A", inside=True))
+    wait_until("the segment dropped", lambda: _drops(real_lab, "SESSION_BLOCKED") == blocked + 1)
+    assert _nothing_arrives(real_lab.wires[port])
