@@ -8,6 +8,7 @@ entries, then groups, then table entries, and deletions last.
 
 from __future__ import annotations
 
+import ipaddress
 from collections import Counter
 from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
@@ -15,9 +16,10 @@ from typing import TypeVar
 
 from controller import acl6
 from controller.ipsec import ipsec_routes
-from controller.policy import Policy
+from controller.policy import Nptv6Mapping, Policy
+from opengate import nptv6
 from opengate import p4constants as pc
-from opengate.entries import Exact, Lpm, MatchValue, TableEntry
+from opengate.entries import Exact, Lpm, MatchValue, TableEntry, Ternary
 
 # Tables whose entries the base configuration owns entirely (the CPM deletes strays there).
 BASE_TABLES = (
@@ -35,6 +37,8 @@ BASE_TABLES = (
     pc.T_ND_RESPONDER,
     pc.T_ROUTING_V6,
     pc.T_IPV6_ACL,
+    pc.T_NPTV6_INBOUND,
+    pc.T_NPTV6_OUTBOUND,
 )
 # Tables whose default action the base configuration sets (the keyless ones, and ipv6_acl's: the
 # policy's default verdict).
@@ -127,10 +131,58 @@ def route6_entry(prefix_value: int, prefix_len: int, params: dict[str, int]) -> 
     )
 
 
+# A /128 of the gateway's own (no_route_v6): above every route, as long as a neighbour's.
+OWN_ADDRESS_PRIORITY = 128 + 1
+
+
+def own_address6_entry(address: int) -> TableEntry:
+    """A routing_v6 entry that routes one of the gateway's own addresses nowhere (no_route_v6),
+    so that no route, not even ::/0, takes a packet for it out of a port: the NPM sends a
+    permitted one from inside to the CPM (NO_ROUTE), which answers an echo request."""
+    hi, lo = acl6.Prefix6(address, 128).halves()
+    return TableEntry.make(
+        pc.T_ROUTING_V6,
+        {"ipv6_dst_hi": hi, "ipv6_dst_lo": lo},
+        pc.A_NO_ROUTE_V6,
+        {},
+        priority=OWN_ADDRESS_PRIORITY,
+    )
+
+
+def _half_prefix(network: ipaddress.IPv6Network) -> Ternary:
+    """An NPTv6 prefix (/48 or shorter) as a ternary match on the address's high half."""
+    return Ternary(int(network.network_address) >> 64, int(network.netmask) >> 64)
+
+
+def nptv6_entries(mapping: Nptv6Mapping) -> list[TableEntry]:
+    """An NPTv6 mapping's two entries (p4src/include/control/ipv6.p4, opengate.nptv6): sources
+    in the inside prefix leaving by the port take the outside prefix, destinations in the
+    outside prefix arriving on it take the inside one. The mappings of a port do not overlap
+    (the policy refuses it), so the priority only has to be there: the prefix's length."""
+    inside, outside = mapping.inside, mapping.outside
+    return [
+        TableEntry.make(
+            pc.T_NPTV6_OUTBOUND,
+            {"egress_port": Exact(mapping.port), "ipv6_src_hi": _half_prefix(inside)},
+            pc.A_NPT_REWRITE_SRC,
+            nptv6.action_params(inside, outside),
+            priority=inside.prefixlen,
+        ),
+        TableEntry.make(
+            pc.T_NPTV6_INBOUND,
+            {"ingress_port": Exact(mapping.port), "ipv6_dst_hi": _half_prefix(outside)},
+            pc.A_NPT_REWRITE_DST,
+            nptv6.action_params(outside, inside),
+            priority=outside.prefixlen,
+        ),
+    ]
+
+
 def ipv6_entries(policy: Policy, has: Callable[[str], bool]) -> list[TableEntry]:
     """IPv6: neighbour advertisements for the gateway's own addresses (each port's, and its
     link-local one, with the port's MAC), the routes (neighbours' /128s and static ones, each
-    rewriting the source MAC to its port's), and the ACL's IPv6 rules with the default verdict."""
+    rewriting the source MAC to its port's; each of the gateway's own addresses routed nowhere
+    above them), the ACL's IPv6 rules with the default verdict, and the NPTv6 mappings."""
     out: list[TableEntry] = []
     port_macs = {p.number: p.mac for p in policy.ports if p.mac is not None}
     if has(pc.T_ND_RESPONDER):
@@ -156,9 +208,14 @@ def ipv6_entries(policy: Policy, has: Callable[[str], bool]) -> list[TableEntry]
             }
             prefix = route.prefix
             out.append(route6_entry(int(prefix.network_address), prefix.prefixlen, params))
+        own = sorted({int(a.ip) for port in policy.ports for a in port.addresses6})
+        out.extend(own_address6_entry(address) for address in own)
     if has(pc.T_IPV6_ACL):
         out.extend(acl6.entries(policy.acl6))
         out.append(acl6.default_entry(policy.acl_default))
+    if has(pc.T_NPTV6_OUTBOUND) and has(pc.T_NPTV6_INBOUND):
+        for mapping in policy.nat.nptv6:
+            out.extend(nptv6_entries(mapping))
     return out
 
 

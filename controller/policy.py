@@ -40,8 +40,8 @@ from controller.hsm.rules import (
 )
 from controller.hsm.snort_header import ClassMap, IdsHeaders, ids_rules_from_raw
 from controller.ids6 import Ids6Rule
+from opengate import nptv6, yamlconf
 from opengate import p4constants as pc
-from opengate import yamlconf
 from opengate.errors import ConfigError
 from opengate.fields import ANY_PORT, ProtoMatch
 from opengate.ipsec import IpsecSpec, parse_ipsec
@@ -222,6 +222,17 @@ class PortForward:
     to_port: int
 
 
+@dataclass(frozen=True, slots=True)
+class Nptv6Mapping:
+    """NPTv6 (RFC 6296) on an outside port: sources in `inside` leaving by it take `outside`'s
+    prefix, destinations in `outside` arriving on it take `inside`'s (opengate.nptv6)."""
+
+    port: int
+    inside: ipaddress.IPv6Network
+    outside: ipaddress.IPv6Network
+    line: int = 0
+
+
 # Data-plane masquerading: a block of ports (one per cell of the program's flow_nat register) on
 # each masquerade address, from which the NPM picks a new flow's port itself.
 NAT_DP_PORTS = pv.NAT_DP_PORTS
@@ -234,6 +245,7 @@ class NatSpec:
     masquerade: tuple[Masquerade, ...] = ()
     port_forwards: tuple[PortForward, ...] = ()
     data_plane_base: int | None = DEFAULT_DP_BASE  # first port of the NPM's block; None: off
+    nptv6: tuple[Nptv6Mapping, ...] = ()  # IPv6 prefix translation on outside ports
 
     @property
     def data_plane_ports(self) -> tuple[int, int] | None:
@@ -1155,8 +1167,51 @@ class _Loader:
                 )
             forwards.append(PortForward(address, proto, port, to, to_port))
             item.reject_unknown()
+        nptv6_mappings = self._nptv6(section, ports)
         section.reject_unknown()
-        return NatSpec(port_range, tuple(masquerade), tuple(forwards), dp_base)
+        return NatSpec(port_range, tuple(masquerade), tuple(forwards), dp_base, nptv6_mappings)
+
+    def _nptv6(self, section: Reader, ports: Sequence[PortSpec]) -> tuple[Nptv6Mapping, ...]:
+        """nat.nptv6: each mapping on an outside port, two IPv6 prefixes of one length (/48 or
+        shorter, opengate.nptv6), no prefix of a port overlapping another of its mappings', no
+        outside prefix holding one of the gateway's own addresses."""
+        out: list[Nptv6Mapping] = []
+        own = {a.ip for p in ports for a in p.addresses6}
+        for item in section.items("nptv6", required=False):
+            port = item.get("port", as_int)
+            spec = next((p for p in ports if p.number == port), None)
+            if spec is None or spec.role != pc.ROLE_OUTSIDE:
+                raise item.error("port", f"port {port} is not an outside port")
+            inside = item.get("inside", pv.network6)
+            outside = item.get("outside", pv.network6)
+            if inside.prefixlen != outside.prefixlen or inside.prefixlen > nptv6.MAX_PREFIX:
+                field_name = "outside" if inside.prefixlen != outside.prefixlen else "inside"
+                try:
+                    nptv6.check_pair(inside, outside)
+                except ValueError as error:
+                    raise item.error(field_name, str(error)) from None
+            if inside.prefixlen == 0:
+                raise item.error("inside", "::/0 would map every address")
+            if inside == outside:
+                raise item.error("outside", f"{outside} is the inside prefix: it maps onto another")
+            for other in out:
+                if other.port != port:
+                    continue
+                for field_name, mine, theirs in (
+                    ("inside", inside, other.inside),
+                    ("outside", outside, other.outside),
+                ):
+                    if mine.overlaps(theirs):
+                        raise item.error(
+                            field_name,
+                            f"{mine} overlaps {theirs} of the mapping on line {other.line}",
+                        )
+            held = sorted(a for a in own if a in outside)
+            if held:
+                raise item.error("outside", f"{outside} holds the gateway's own address {held[0]}")
+            out.append(Nptv6Mapping(port, inside, outside, item.line))
+            item.reject_unknown()
+        return tuple(out)
 
     def _ipsec(
         self,

@@ -47,6 +47,7 @@ from opengate.ipsec import (
     MIN_PSK_LENGTH,
     PRF,
 )
+from opengate.nptv6 import MAX_PREFIX as MAX_NPTV6_PREFIX
 
 
 @dataclass(frozen=True, slots=True)
@@ -554,7 +555,12 @@ def _meters() -> list[Key]:
 def _nat() -> list[Key]:
     low, high = _NAT.ports
     return [
-        _key("nat", MAPPING, "Address translation: masquerading and port forwards."),
+        _key(
+            "nat",
+            MAPPING,
+            "Address translation: masquerading and port forwards (IPv4), prefix translation "
+            "(NPTv6, IPv6).",
+        ),
         _key(
             "nat.ports",
             "port range (LOW-HIGH or [LOW, HIGH])",
@@ -614,6 +620,31 @@ def _nat() -> list[Key]:
             "The host it goes to; a route (`neighbours` or `routes`) must reach it.",
         ),
         _key("nat.port_forwards[].to_port", "integer (1..65535)", "The host's port.", "<port>"),
+        _key(
+            "nat.nptv6",
+            LIST,
+            "IPv6 prefix translation (NPTv6, RFC 6296: stateless, checksum-neutral, one to one): "
+            "sources in `inside` that leave by `port` take `outside`'s prefix, destinations in "
+            "`outside` that arrive on it take `inside`'s again. Sessions, the ACL and routes see "
+            "the inside addresses; the outside router must route the outside prefix to the "
+            "gateway.",
+        ),
+        _required(
+            "nat.nptv6[].port",
+            "integer",
+            "The port it translates on: one of `ports`, an outside one. The mappings of a port "
+            "must not overlap.",
+        ),
+        _required(
+            "nat.nptv6[].inside",
+            f"IPv6 prefix (/{MAX_NPTV6_PREFIX} or shorter)",
+            "The inside hosts' prefix (host bits zero), not the same as `outside`.",
+        ),
+        _required(
+            "nat.nptv6[].outside",
+            "IPv6 prefix (as long as `inside`)",
+            "The prefix they have outside; it must not hold one of the gateway's own addresses.",
+        ),
     ]
 
 

@@ -52,6 +52,16 @@ def network(value: Any) -> ipaddress.IPv4Network:
         raise ValueError(f"not an IPv4 prefix (host bits must be zero): {error}") from None
 
 
+def network6(value: Any) -> ipaddress.IPv6Network:
+    text = as_str(value)
+    try:
+        return ipaddress.IPv6Network(text, strict=True)
+    except ValueError as error:
+        if ":" not in text:
+            raise ValueError(f"{text} is not an IPv6 prefix") from None
+        raise ValueError(f"not an IPv6 prefix (host bits must be zero): {error}") from None
+
+
 def network_any(value: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     """An IPv4 or IPv6 prefix whose host bits are zero (a route's destination)."""
     text = as_str(value)

@@ -81,7 +81,13 @@ PACKET_IN_BATCH = 32
 
 # Base tables whose size a policy can outgrow (the IPv6 ACL's rules multiply their fields' values;
 # IPv6 routes and addresses): refused with 422 before anything is written.
-SIZED_BASE_TABLES = (pc.T_IPV6_ACL, pc.T_ROUTING_V6, pc.T_ND_RESPONDER)
+SIZED_BASE_TABLES = (
+    pc.T_IPV6_ACL,
+    pc.T_ROUTING_V6,
+    pc.T_ND_RESPONDER,
+    pc.T_NPTV6_INBOUND,
+    pc.T_NPTV6_OUTBOUND,
+)
 
 
 def _check_fits(conn: NpmConnection, desired: BaseConfig) -> None:

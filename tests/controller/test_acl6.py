@@ -367,6 +367,29 @@ routes:
 """
 
 
+OWN = {int(ipaddress.IPv6Address(f"2001:db8:{n}::1")) for n in (1, 2, 5)}
+
+
+def test_each_of_the_gateways_own_addresses_is_routed_nowhere() -> None:
+    """One /128 no_route_v6 entry per global address of a port (priority 129, above a default
+    route and a neighbour's /128 alike), none for the link-local ones (the NPM keeps link-local
+    traffic on its link before any route)."""
+    policy = load_policy(Path("routed.yaml"), ROUTED)
+    base = desired_base(policy, tag_base=0x100, weights={})
+    own = [
+        e
+        for e in base.entries.values()
+        if e.table == pc.T_ROUTING_V6 and e.action == pc.A_NO_ROUTE_V6
+    ]
+    found = set()
+    for entry in own:
+        hi, lo = entry.match_dict["ipv6_dst_hi"], entry.match_dict["ipv6_dst_lo"]
+        assert isinstance(hi, Ternary) and isinstance(lo, Ternary)
+        assert (hi.mask, lo.mask, entry.priority) == ((1 << 64) - 1, (1 << 64) - 1, 129)
+        found.add((hi.value << 64) | lo.value)
+    assert found == OWN
+
+
 def _route_lookup(entries: Sequence[TableEntry], address: int) -> TableEntry | None:
     best: TableEntry | None = None
     for entry in entries:
@@ -389,6 +412,10 @@ def _route_lookup(entries: Sequence[TableEntry], address: int) -> TableEntry | N
             "2001:db8:8::1",
             "2001:db8:1::10",
             "2001:db9::1",
+            "2001:db8:1::1",
+            "2001:db8:2::1",
+            "2001:db8:5::1",
+            "2001:db8:5::2",
         ]
     ).map(lambda a: int(ipaddress.IPv6Address(a)))
     | st.integers(0, (1 << 128) - 1)
@@ -397,10 +424,16 @@ def test_the_longest_prefix_wins_by_priority(address: int) -> None:
     policy = load_policy(Path("routed.yaml"), ROUTED)
     base = desired_base(policy, tag_base=0x100, weights={})
     entries = [e for e in base.entries.values() if e.table == pc.T_ROUTING_V6]
-    assert sorted(e.priority for e in entries) == sorted(
+    routes = [e for e in entries if e.action == pc.A_ROUTE_V6_TO]
+    assert sorted(e.priority for e in routes) == sorted(
         r.prefix.prefixlen + 1 for r in policy.routes6
     )
     chosen = _route_lookup(entries, address)
+    if address in OWN:
+        # the gateway's own address: above every route, ::/0 and the /32 among them
+        assert chosen is not None and chosen.action == pc.A_NO_ROUTE_V6
+        assert (chosen.priority, chosen.params_dict) == (129, {})
+        return
     route = policy.route6_for(ipaddress.IPv6Address(address))
     if route is None:
         assert chosen is None

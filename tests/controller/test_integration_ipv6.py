@@ -263,3 +263,45 @@ def test_an_inspected_flow_visits_its_spm_both_ways_and_a_drop_verdict_blocks_it
     real_lab.wires[1].send(_tcp(H1_6, OUT1_6, 40010, 80, "A", inside=True))
     wait_until("the segment dropped", lambda: _drops(real_lab, "SESSION_BLOCKED") == blocked + 1)
     assert _nothing_arrives(real_lab.wires[port])
+
+
+def _echo_reply(ident: int) -> Callable[[Ether], bool]:
+    def match(frame: Ether) -> bool:
+        return bool(frame.haslayer(ICMPv6EchoReply) and frame[ICMPv6EchoReply].id == ident)
+
+    return match
+
+
+DEFAULT_ROUTE = (
+    (
+        '  - {prefix: "2001:db8:3::/48", via: "2001:db8:2::20"}',
+        '  - {prefix: "2001:db8:3::/48", via: "2001:db8:2::20"}\n'
+        '  - {prefix: "::/0", via: "2001:db8:2::20"}',
+    ),
+)
+
+
+@pytest.mark.parametrize("real_lab", [DEFAULT_ROUTE], indirect=True)
+def test_a_default_route_does_not_take_a_ping_of_the_gateway_out(real_lab: Lab) -> None:
+    """With ::/0 via out1, a ping of the gateway's inside address and one of its outside address
+    from h1 are answered by the gateway (their /128 no_route_v6 entries above the default
+    route), and neither leaves port 2; a ping of an address the default route takes goes out."""
+    for number, target in enumerate(("2001:db8:1::1", "2001:db8:2::1")):
+        request = (
+            Ether(src=H1_MAC, dst=GW_IN_MAC)
+            / IPv6(src=H1_6, dst=target, hlim=64)
+            / ICMPv6EchoRequest(id=0x80 + number, seq=1, data=b"default route")
+        )
+        real_lab.wires[1].send(bytes(request))
+        reply = real_lab.wires[1].expect(_echo_reply(0x80 + number))
+        assert (reply[IPv6].src, reply[IPv6].dst) == (target, H1_6)
+        _checksum_verified(reply, ICMPv6EchoReply)
+    assert _nothing_arrives(real_lab.wires[2])
+    away = (
+        Ether(src=H1_MAC, dst=GW_IN_MAC)
+        / IPv6(src=H1_6, dst="2001:db8:99::1", hlim=64)
+        / ICMPv6EchoRequest(id=0x90, seq=1)
+    )
+    real_lab.wires[1].send(bytes(away))
+    out = real_lab.wires[2].expect(lambda f: f.haslayer(ICMPv6EchoRequest))
+    assert (out[IPv6].dst, out[Ether].dst) == ("2001:db8:99::1", OUT1_MAC)
