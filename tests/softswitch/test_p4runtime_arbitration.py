@@ -39,6 +39,7 @@ def counter_write(i: dict[str, int]) -> p4r.Update:
     return p4r.Update(type=p4r.Update.MODIFY, entity=p4r.Entity(counter_entry=entry))
 
 
+@bmv2_differs("PI keeps the stream of an arbitration for an unknown device open")
 def test_an_arbitration_for_an_unknown_device_ends_the_stream_with_not_found(
     target: Target,
 ) -> None:
@@ -144,6 +145,7 @@ def test_a_primary_that_lowers_its_election_id_becomes_a_backup_and_all_are_told
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
+@bmv2_differs("PI sends no arbitration response to a primary that arbitrates again with its own id")
 def test_a_primary_that_arbitrates_again_with_its_id_stays_primary(target: Target) -> None:
     """ "If `election_id` is greater than or equal to `election_id_past`, then the controller
     becomes, or stays, primary.\""""
@@ -206,6 +208,7 @@ def test_a_request_for_a_role_the_device_does_not_have_is_not_found(
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+@bmv2_differs("PI answers a write for an unknown device with PERMISSION_DENIED")
 def test_a_write_for_another_device_is_not_found(target: Target) -> None:
     """Write: "If `device_id` does not match any of the devices known to the P4Runtime server
     ... the server must return a `NOT_FOUND` error.\""""

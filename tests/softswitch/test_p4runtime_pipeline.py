@@ -53,6 +53,7 @@ def test_an_action_without_a_config_is_invalid_argument(target: Target, action: 
     assert refused(c.set_pipeline, action, config=False) == grpc.StatusCode.INVALID_ARGUMENT
 
 
+@bmv2_differs("BMv2 accepts a JSON that is not a program")
 def test_a_config_that_cannot_be_realized_is_invalid_argument(target: Target) -> None:
     """ "Returns an `INVALID_ARGUMENT` error if ... the provided config cannot be realized.\""""
     c = target.controller(10)
@@ -116,6 +117,7 @@ def test_commit_with_a_config_is_invalid_argument(target: Target) -> None:
     assert refused(c.set_pipeline, A.COMMIT) == grpc.StatusCode.INVALID_ARGUMENT
 
 
+@bmv2_differs("PI refuses RECONCILE_AND_COMMIT of the running program")
 def test_reconcile_and_commit_of_the_running_program_keeps_the_forwarding_state(
     target: Target,
 ) -> None:
@@ -167,6 +169,7 @@ def test_get_returns_the_config_as_set_by_response_type(target: Target) -> None:
     assert not cookie.p4_device_config
 
 
+@bmv2_differs("PI answers FAILED_PRECONDITION before a config instead of leaving it unset")
 def test_get_before_any_config_leaves_the_config_unset(target: Target) -> None:
     """ "If a P4Runtime server is in a state where the forwarding-pipeline config is not known,
     the top-level `config` field will be unset in the response.\""""
