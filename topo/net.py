@@ -441,10 +441,12 @@ class GatewayNetwork:
 
     @staticmethod
     def _configure_ipv6(node: Any, host: HostSpec) -> None:
-        """IPv6 on a host that has an address (static, as its IPv4 one), off on the others. No
-        duplicate address detection (the address is usable at once: no tentative state to wait
-        for), no router advertisements taken (routes are static), no router solicitations."""
-        if host.ip6 is None:
+        """IPv6 on a host that has an address (static, as its IPv4 one) and on SPM hosts (no
+        address: they forward what they inspect), off on the others. No duplicate address
+        detection (an address is usable at once: no tentative state to wait for), no router
+        advertisements taken (routes are static), no router solicitations."""
+        inspects = host.role == "spm"  # an SPM forwards the IPv6 flows it inspects
+        if host.ip6 is None and not inspects:
             node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
             return
         intf = node.defaultIntf()
@@ -456,6 +458,8 @@ class GatewayNetwork:
         ):
             for scope in ("all", "default", str(intf)):
                 node.cmd(f"sysctl -qw net.ipv6.conf.{scope}.{key}={value}")
+        if host.ip6 is None:
+            return
         node.cmd(f"ip -6 addr replace {host.ip6.with_prefixlen} dev {intf} nodad")
         if host.gateway6 is not None:
             node.cmd(f"ip -6 route replace default via {host.gateway6} dev {intf}")

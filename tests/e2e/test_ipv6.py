@@ -121,3 +121,30 @@ def test_ipv6_sessions_are_listed_by_the_api(gateway: GatewayNetwork) -> None:
         return "2001:db8:1::11" in text and OUT1 in text
 
     wait_for("the API to list h2's IPv6 session", listed, timeout=10)
+
+
+def test_ipv6_request_matching_a_rule_is_blocked_and_alerted(gateway: GatewayNetwork) -> None:
+    """The flow's class sends it to an SPM, as IPv4's: the forbidden URI's rule (HOME_NET holds
+    the inside IPv6 prefix) fires, the request fails, and the alert names the IPv6 addresses."""
+    result = gateway.run(
+        "h1", f"curl -6 -sS --max-time 5 http://[{OUT1}]/opengate-forbidden -o /dev/null"
+    )
+    assert result.returncode != 0, "the forbidden request got through"
+
+    def alert() -> dict[str, object] | None:
+        alerts = gateway.api("GET", "/api/v1/alerts")["alerts"]
+        return next((a for a in alerts if a.get("sid") == 1000101 and OUT1 in json.dumps(a)), None)
+
+    found = wait_for("an alert for sid 1000101 over IPv6", alert, timeout=15)
+    assert H1 in json.dumps(found), found
+
+
+def test_eicar_over_ipv6_is_stopped(gateway: GatewayNetwork) -> None:
+    def av_alerts() -> int:
+        alerts = gateway.api("GET", "/api/v1/alerts")["alerts"]
+        return sum(1 for a in alerts if str(a.get("msg", "")).startswith("AV:"))
+
+    before = av_alerts()
+    result = gateway.run("h2", f"curl -6 -sS --max-time 8 http://[{OUT1}]/eicar.com -o /dev/null")
+    assert result.returncode != 0, "eicar.com was downloaded over IPv6 through the gateway"
+    wait_for("an AV alert for the IPv6 download", lambda: av_alerts() > before, timeout=15)
