@@ -389,23 +389,11 @@ class Policy:
 
     def route6_for(self, address: ipaddress.IPv6Address) -> Route6 | None:
         """Longest-prefix match over the IPv6 routes (neighbours and static)."""
-        best: Route6 | None = None
-        for route in self.routes6:
-            if address in route.prefix and (
-                best is None or route.prefix.prefixlen > best.prefix.prefixlen
-            ):
-                best = route
-        return best
+        return _longest_match(self.routes6, address)
 
     def route_for(self, address: ipaddress.IPv4Address) -> Route | None:
         """Longest-prefix match over the routes the CPM installs (neighbours and static)."""
-        best: Route | None = None
-        for route in self.routes:
-            if address in route.prefix and (
-                best is None or route.prefix.prefixlen > best.prefix.prefixlen
-            ):
-                best = route
-        return best
+        return _longest_match(self.routes, address)
 
     def masquerade_for(self, egress_port: int, source: ipaddress.IPv4Address) -> Masquerade | None:
         best: tuple[int, Masquerade] | None = None
@@ -469,6 +457,22 @@ class Policy:
             "masquerade": len(self.nat.masquerade),
             "port_forwards": len(self.nat.port_forwards),
         }
+
+
+R = TypeVar("R", Route, Route6)
+
+
+def _longest_match(
+    routes: Sequence[R], address: ipaddress.IPv4Address | ipaddress.IPv6Address
+) -> R | None:
+    """The route with the longest prefix that holds `address` (the first of equals)."""
+    best: R | None = None
+    for route in routes:
+        if address in route.prefix and (
+            best is None or route.prefix.prefixlen > best.prefix.prefixlen
+        ):
+            best = route
+    return best
 
 
 # -- loading -----------------------------------------------------------------------------------
@@ -581,26 +585,14 @@ class _Loader:
     def _prefixes(self, value: Any) -> tuple[ipaddress.IPv4Network, ...] | None:
         """Network names, prefixes or addresses, one or a list; None for `any`. IPv4 only (the
         fields that take this are: masquerade sources, IPsec subnets); a network stands for its
-        IPv4 prefixes."""
-        items = value if isinstance(value, list) else [value]
-        if not items:
-            raise ValueError("an empty list matches nothing; leave the field out for any")
-        out: list[ipaddress.IPv4Network] = []
-        for item in items:
-            if not isinstance(item, str):
-                raise ValueError(f"expected a network name or prefix, got {item!r}")
-            if item == "any":
-                return None
-            if item in self.networks:
-                if not self.networks[item]:
-                    raise ValueError(f"network {item!r} has no IPv4 prefix (this field is IPv4's)")
-                out.extend(self.networks[item])
-                continue
-            network = self._literal_prefix(item)
-            if isinstance(network, ipaddress.IPv6Network):
-                raise ValueError(f"{item!r} is an IPv6 prefix; this field takes IPv4 only")
-            out.append(network)
-        return tuple(out)
+        IPv4 prefixes. `_dual_prefixes` reads the field; this refuses what is not IPv4."""
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and item in self.networks and not self.networks[item]:
+                raise ValueError(f"network {item!r} has no IPv4 prefix (this field is IPv4's)")
+        both = self._dual_prefixes(value)
+        if 6 in both.literal:
+            raise ValueError(f"{both.literal[6]!r} is an IPv6 prefix; this field takes IPv4 only")
+        return both.v4
 
     def _literal_prefix(self, item: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
         try:
