@@ -64,13 +64,11 @@ from controller.session_model import (
     flow_frame,
     flow_text,
     key_is_v6,
-    partner_key,
     reply_key,
-    session_from_entries,
 )
+from controller.session_reconcile import ReconcileReport, reconcile
 from controller.spm_pool import SpmPool
 from opengate import p4constants as pc
-from opengate.p4rt import update_of
 from opengate.throttled import ThrottledWarning
 
 LOG = logging.getLogger(__name__)
@@ -90,24 +88,6 @@ class _Pending:
     received_at: float
     source: str  # digest | packet_in
     payload: bytes | None = None
-
-
-@dataclass(slots=True)
-class ReconcileReport:
-    adopted: int = 0
-    adopted_from_switch: int = 0
-    reinstalled: int = 0
-    dropped_from_db: int = 0
-    deleted_orphans: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return {
-            "adopted": self.adopted,
-            "adopted_from_switch": self.adopted_from_switch,
-            "reinstalled": self.reinstalled,
-            "dropped_from_db": self.dropped_from_db,
-            "deleted_orphans": self.deleted_orphans,
-        }
 
 
 @dataclass(slots=True)
@@ -208,7 +188,7 @@ class SessionManager:
                     return session
         return None
 
-    def _new_id(self) -> int:
+    def new_id(self) -> int:
         value = self.next_id
         self.next_id += 1
         return value
@@ -255,7 +235,7 @@ class SessionManager:
                 else (pc.NAT_NONE, 0)
             )
             session = Session(
-                id=self._new_id(),
+                id=self.new_id(),
                 npm=event.npm,
                 key=key,
                 reply=reply_key(key, nat_kind, nat_addr, nat_port),
@@ -270,7 +250,7 @@ class SessionManager:
                 idle_timeout=self._timeout(key[2]),
                 created_at=now,
             )
-            self._index(session)
+            self.index_session(session)
             if (
                 on_demand
                 and reports_again.get(event.npm, False)
@@ -356,7 +336,7 @@ class SessionManager:
                 session = self._nat_session(event.npm, key, event.metadata, now)
             if session is None:
                 continue
-            self._index(session)
+            self.index_session(session)
             pending.setdefault(event.npm, []).append(
                 _Pending(session, event.received_at, "packet_in", event.payload)
             )
@@ -392,7 +372,7 @@ class SessionManager:
         if blocked:
             self._no_spm.warning(npm, f"{flow_text(key)} (class {class_id}): session blocked")
         return Session(
-            id=self._new_id(),
+            id=self.new_id(),
             npm=npm,
             key=key,
             reply=reply_key(key, pc.NAT_NONE, 0, 0),
@@ -455,7 +435,7 @@ class SessionManager:
             LOG.warning("%s: packet-in names SPM port %d, which the policy lacks", npm, spm_port)
             spm_port = 0
         return Session(
-            id=self._new_id(),
+            id=self.new_id(),
             npm=npm,
             key=key,
             reply=reply_key(key, nat_kind, nat_addr, nat_port),
@@ -502,7 +482,7 @@ class SessionManager:
         self._nat_full[group] = self.policy
         return None
 
-    def _index(self, session: Session) -> None:
+    def index_session(self, session: Session) -> None:
         self.sessions[session.id] = session
         self.per_npm[session.npm] = self.per_npm.get(session.npm, 0) + 1
         self.index[(session.npm, session.key)] = session
@@ -620,7 +600,7 @@ class SessionManager:
         self.metrics.sessions_installed.labels(npm, "nat").inc(nat)
         self.metrics.sessions_installed.labels(npm, "none").inc(len(done) - nat)
         self.stats.installed += len(done)
-        self._update_gauges(npm)
+        self.update_gauges(npm)
         if self.publish is not None and done:
             self.publish(SessionsInstalled(npm, tuple(i.session.key for i in done), finished))
         return done
@@ -629,7 +609,7 @@ class SessionManager:
         """Slot-only sessions (on_demand): into the database and the gauges, no Write."""
         self.store.submit(self.db.insert_sessions, [s.row() for s in sessions])
         self.stats.slot_only += len(sessions)
-        self._update_gauges(npm)
+        self.update_gauges(npm)
         if self.publish is not None:
             keys = tuple(s.key for s in sessions)
             self.publish(SessionsInstalled(npm, keys, time.perf_counter()))
@@ -660,7 +640,7 @@ class SessionManager:
         if queue is not None:
             queue.pop(session.id, None)
 
-    def _update_gauges(self, npm: str) -> None:
+    def update_gauges(self, npm: str) -> None:
         self.metrics.sessions_active.labels(npm).set(self.count(npm))
         self.metrics.nat_ports_in_use.labels(npm).set(self.nat_in_use.get(npm, 0))
 
@@ -705,7 +685,7 @@ class SessionManager:
             if self.publish is not None:
                 self.publish(SessionsRemoved(npm, tuple(s.key for s in items), reason))
             removed += len(items)
-            self._update_gauges(npm)
+            self.update_gauges(npm)
         self.stats.removed += removed
         return removed
 
@@ -971,92 +951,8 @@ class SessionManager:
             self._unindex(session)
 
     def reconcile(self, npm: str, switch_is_new: bool) -> ReconcileReport:
-        """Make memory, DB and the switch's session table agree, without wiping anything.
-
-        * DB session with both entries on the switch: adopted.
-        * DB session with one or no entry: reinstalled when the switch is new (it restarted),
-          else (the entries aged out while no controller listened) dropped from the DB.
-        * Switch entries no DB session claims: paired by their keys and adopted if both
-          directions are there and agree, else deleted.
-        """
-        report = ReconcileReport()
-        self.store.flush()
-        self.forget_npm(npm)
-        self.next_id = max(self.next_id, self.db.max_session_id() + 1)
-        connection = self.npms[npm]
-        encoder = self.encoder(npm)
-        on_switch: dict[FlowKey, p4r.TableEntry] = {}
-        queries = [
-            p4r.Entity(table_entry=p4r.TableEntry(table_id=table_id))
-            for table_id in encoder.table_ids
-        ]
-        for entity in connection.read(queries):
-            on_switch[encoder.decode_key(entity.table_entry)] = entity.table_entry
-        claimed: set[FlowKey] = set()
-        reinstall: list[Session] = []
-        drop_ids: list[int] = []
-        for row in self.db.sessions(npm=npm):
-            session = Session.from_row(row)
-            here = [k in on_switch for k in (session.key, session.reply)]
-            if all(here):
-                self._index(session)
-                claimed.update((session.key, session.reply))
-                report.adopted += 1
-            elif switch_is_new or any(here):
-                self._index(session)
-                claimed.update(k for k in (session.key, session.reply) if k in on_switch)
-                reinstall.append(session)
-            else:
-                drop_ids.append(session.id)
-        self.db.delete_sessions(drop_ids)
-        report.dropped_from_db = len(drop_ids)
-        if reinstall:
-            updates = []
-            for session in reinstall:
-                for key, entry in zip(
-                    (session.key, session.reply), self.entries_of(session), strict=True
-                ):
-                    kind = p4r.Update.MODIFY if key in on_switch else p4r.Update.INSERT
-                    updates.append(update_of(kind, entry))
-            connection.write_checked(updates, "reinstall sessions")
-            report.reinstalled = len(reinstall)
-        # Entries nobody claims: pair them up.
-        adopted: list[Session] = []
-        orphans: list[FlowKey] = []
-        now = dt.datetime.now(dt.UTC)
-        for key, entry in on_switch.items():
-            if key in claimed:
-                continue
-            params = encoder.decode_params(entry)
-            partner, original = partner_key(key, params)
-            other = on_switch.get(partner)
-            if other is None or partner in claimed:
-                orphans.append(key)
-                continue
-            other_params = encoder.decode_params(other)
-            if (params is None) != (other_params is None):
-                orphans.append(key)
-                continue
-            orig_key, orig_params = (key, params) if original else (partner, other_params)
-            session = session_from_entries(
-                self._new_id(), npm, orig_key, orig_params, entry.idle_timeout_ns, now
-            )
-            if session.reply != (partner if original else key):
-                orphans.append(key)
-                continue
-            claimed.update((key, partner))
-            self._index(session)
-            adopted.append(session)
-        if orphans:
-            connection.write(
-                [update_of(p4r.Update.DELETE, encoder.match(k)) for k in orphans], "orphan entries"
-            )
-        self.db.insert_sessions([s.row() for s in adopted])
-        report.adopted_from_switch = len(adopted)
-        report.deleted_orphans = len(orphans)
-        self._update_gauges(npm)
-        LOG.info("%s: sessions reconciled: %s", npm, report.as_dict())
-        return report
+        """Make memory, DB and the switch's session table agree (controller.session_reconcile)."""
+        return reconcile(self, npm, switch_is_new)
 
 
 def _close_key(record: Mapping[str, int]) -> FlowKey:
