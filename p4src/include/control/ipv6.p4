@@ -24,6 +24,19 @@ const ipv6_half_t ALL_NODES_HI = 0xff02000000000000;
 const ipv6_half_t ALL_NODES_LO = 0x0000000000000001;
 const mac_addr_t  ALL_NODES_MAC = 0x333300000001;
 
+// An address's high half translated by NPTv6 (below): the prefix's bits replaced, the subnet
+// word adjusted in one's complement arithmetic, 0xffff folded to 0.
+ipv6_half_t npt_translate(in ipv6_half_t hi, in ipv6_half_t prefix, in ipv6_half_t mask,
+                          in bit<16> adjustment) {
+    ipv6_half_t mapped = (hi & ~mask) | prefix;
+    bit<17> sum = (bit<17>)mapped[15:0] + (bit<17>)adjustment;
+    bit<16> word = sum[15:0] + (bit<16>)sum[16:16];
+    if (word == 0xffff) {
+        word = 0;
+    }
+    return mapped[63:16] ++ word;
+}
+
 control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
     @name(".nd_advertise")
     action nd_advertise(mac_addr_t mac) {
@@ -173,24 +186,12 @@ control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
     // the pseudo-header, is unchanged. The CPM computes the adjustment of each direction.
     @name(".npt_rewrite_dst")
     action npt_rewrite_dst(ipv6_half_t prefix, ipv6_half_t mask, bit<16> adjustment) {
-        ipv6_half_t hi = (hdr.ipv6.dst_hi & ~mask) | prefix;
-        bit<17> sum = (bit<17>)hi[15:0] + (bit<17>)adjustment;
-        bit<16> word = sum[15:0] + (bit<16>)sum[16:16];
-        if (word == 0xffff) {
-            word = 0;
-        }
-        hdr.ipv6.dst_hi = hi[63:16] ++ word;
+        hdr.ipv6.dst_hi = npt_translate(hdr.ipv6.dst_hi, prefix, mask, adjustment);
     }
 
     @name(".npt_rewrite_src")
     action npt_rewrite_src(ipv6_half_t prefix, ipv6_half_t mask, bit<16> adjustment) {
-        ipv6_half_t hi = (hdr.ipv6.src_hi & ~mask) | prefix;
-        bit<17> sum = (bit<17>)hi[15:0] + (bit<17>)adjustment;
-        bit<16> word = sum[15:0] + (bit<16>)sum[16:16];
-        if (word == 0xffff) {
-            word = 0;
-        }
-        hdr.ipv6.src_hi = hi[63:16] ++ word;
+        hdr.ipv6.src_hi = npt_translate(hdr.ipv6.src_hi, prefix, mask, adjustment);
     }
 
     // Inbound: a destination in an outside prefix, on the port the mapping is for, becomes the
