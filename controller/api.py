@@ -276,8 +276,14 @@ def session_view(row: dict[str, Any]) -> dict[str, Any]:
     out.pop("src6", None)
     out.pop("dst6", None)
     out["family"] = 6 if v6 else 4
-    for name, value in (("src", key[0]), ("dst", key[1]), ("r_src", reply[0]), ("r_dst", reply[1])):
-        out[name] = address_text(value, v6)
+    reply_v6 = v6 and row["nat_kind"] != pc.NAT_64  # NAT64: an IPv4 reply
+    for name, value, family6 in (
+        ("src", key[0], v6),
+        ("dst", key[1], v6),
+        ("r_src", reply[0], reply_v6),
+        ("r_dst", reply[1], reply_v6),
+    ):
+        out[name] = address_text(value, family6)
     out["nat_addr"] = _ip(row["nat_addr"]) if row["nat_kind"] else None
     out["nat"] = pc.NAT_NAMES.get(row["nat_kind"], str(row["nat_kind"]))
     out["spm_mac"] = mac_text(row["spm_mac"]) if row["spm_port"] else None

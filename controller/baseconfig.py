@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from controller import acl6
 from controller.ipsec import ipsec_routes
-from controller.policy import Nptv6Mapping, Policy
+from controller.policy import Nat64Spec, Nptv6Mapping, Policy
 from opengate import nptv6
 from opengate import p4constants as pc
 from opengate.entries import Exact, Lpm, MatchValue, TableEntry, Ternary
@@ -149,6 +149,20 @@ def own_address6_entry(address: int) -> TableEntry:
     )
 
 
+def nat64_route_entry(nat64: Nat64Spec) -> TableEntry:
+    """A NAT64 prefix in routing_v6 (route_v6_nat64): its flows open at the CPM, which makes
+    their NAT64 sessions; at the prefix's priority, as a route of its length would be."""
+    prefix = nat64.prefix
+    hi, lo = acl6.Prefix6(int(prefix.network_address), prefix.prefixlen).halves()
+    return TableEntry.make(
+        pc.T_ROUTING_V6,
+        {"ipv6_dst_hi": hi, "ipv6_dst_lo": lo},
+        pc.A_ROUTE_V6_NAT64,
+        {},
+        priority=prefix.prefixlen + 1,
+    )
+
+
 def _half_prefix(network: ipaddress.IPv6Network) -> Ternary:
     """An NPTv6 prefix (/48 or shorter) as a ternary match on the address's high half."""
     return Ternary(int(network.network_address) >> 64, int(network.netmask) >> 64)
@@ -182,7 +196,8 @@ def ipv6_entries(policy: Policy, has: Callable[[str], bool]) -> list[TableEntry]
     """IPv6: neighbour advertisements for the gateway's own addresses (each port's, and its
     link-local one, with the port's MAC), the routes (neighbours' /128s and static ones, each
     rewriting the source MAC to its port's; each of the gateway's own addresses routed nowhere
-    above them), the ACL's IPv6 rules with the default verdict, and the NPTv6 mappings."""
+    above them; the NAT64 prefixes), the ACL's IPv6 rules with the default verdict, and the
+    NPTv6 mappings."""
     out: list[TableEntry] = []
     port_macs = {p.number: p.mac for p in policy.ports if p.mac is not None}
     if has(pc.T_ND_RESPONDER):
@@ -210,6 +225,7 @@ def ipv6_entries(policy: Policy, has: Callable[[str], bool]) -> list[TableEntry]
             out.append(route6_entry(int(prefix.network_address), prefix.prefixlen, params))
         own = sorted({int(a.ip) for port in policy.ports for a in port.addresses6})
         out.extend(own_address6_entry(address) for address in own)
+        out.extend(nat64_route_entry(n) for n in policy.nat.nat64)
     if has(pc.T_IPV6_ACL):
         out.extend(acl6.entries(policy.acl6))
         out.append(acl6.default_entry(policy.acl_default))

@@ -41,12 +41,15 @@ from controller.hsm.snort_header import ClassMap, IdsHeaders, ids_rules_from_raw
 from controller.ids6 import Ids6Rule
 from controller.policy_model import (
     DEFAULT_DP_BASE,
+    NAT64_NON_GLOBAL,
+    NAT64_WELL_KNOWN,
     NAT_DP_PORTS,
     AclRuleSpec,
     ChainSpec,
     ClassSpec,
     Masquerade,
     MeterSpec,
+    Nat64Spec,
     NatSpec,
     Neighbour,
     Neighbour6,
@@ -85,12 +88,15 @@ from opengate.yamlconf import (
 # The model lives in controller.policy_model; its names are this module's too.
 __all__ = [
     "DEFAULT_DP_BASE",
+    "NAT64_NON_GLOBAL",
+    "NAT64_WELL_KNOWN",
     "NAT_DP_PORTS",
     "AclRuleSpec",
     "ChainSpec",
     "ClassSpec",
     "Masquerade",
     "MeterSpec",
+    "Nat64Spec",
     "NatSpec",
     "Neighbour",
     "Neighbour6",
@@ -815,8 +821,57 @@ class _Loader:
             forwards.append(PortForward(address, proto, port, to, to_port))
             item.reject_unknown()
         nptv6_mappings = self._nptv6(section, ports)
+        nat64 = self._nat64(section, ports, nptv6_mappings)
         section.reject_unknown()
-        return NatSpec(port_range, tuple(masquerade), tuple(forwards), dp_base, nptv6_mappings)
+        return NatSpec(
+            port_range, tuple(masquerade), tuple(forwards), dp_base, nptv6_mappings, nat64
+        )
+
+    def _nat64(
+        self, section: Reader, ports: Sequence[PortSpec], npt: Sequence[Nptv6Mapping]
+    ) -> tuple[Nat64Spec, ...]:
+        """nat.nat64: each on an outside port, a /96 prefix (RFC 6052's well-known one by
+        default) that overlaps no other, no network or address of a port and no NPTv6 prefix,
+        and an IPv4 address to leave from (the port's first by default)."""
+        out: list[Nat64Spec] = []
+        for item in section.items("nat64", required=False):
+            port = item.get("port", as_int)
+            spec = next((p for p in ports if p.number == port), None)
+            if spec is None or spec.role != pc.ROLE_OUTSIDE:
+                raise item.error("port", f"port {port} is not an outside port")
+            prefix = pv.opt(item, "prefix", pv.network6)
+            if prefix is None:
+                prefix = NAT64_WELL_KNOWN
+            if prefix.prefixlen != 96:
+                raise item.error(
+                    "prefix",
+                    f"{prefix} is a /{prefix.prefixlen}: NAT64 takes a /96 here (the IPv4 "
+                    "address in the last 32 bits, RFC 6052)",
+                )
+            address = pv.opt(item, "address", as_ipv4)
+            if address is None:
+                if not spec.addresses:
+                    raise item.error("address", f"port {port} has no IPv4 address to use")
+                address = spec.addresses[0].ip
+            for other in out:
+                if other.prefix.overlaps(prefix):
+                    raise item.error(
+                        "prefix", f"{prefix} overlaps {other.prefix} of line {other.line}"
+                    )
+            for p in ports:
+                for iface in p.addresses6:
+                    if iface.network.overlaps(prefix):
+                        raise item.error(
+                            "prefix", f"{prefix} overlaps port {p.number}'s {iface.network}"
+                        )
+            for mapping in npt:
+                if mapping.inside.overlaps(prefix) or mapping.outside.overlaps(prefix):
+                    raise item.error(
+                        "prefix", f"{prefix} overlaps the NPTv6 mapping on line {mapping.line}"
+                    )
+            out.append(Nat64Spec(port, prefix, address, item.line))
+            item.reject_unknown()
+        return tuple(out)
 
     def _nptv6(self, section: Reader, ports: Sequence[PortSpec]) -> tuple[Nptv6Mapping, ...]:
         """nat.nptv6: each mapping on an outside port, two IPv6 prefixes of one length (/48 or

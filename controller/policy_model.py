@@ -177,6 +177,46 @@ class Nptv6Mapping:
     line: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Nat64Spec:
+    """Stateful NAT64 (RFC 6146) on an outside port: IPv6 flows from inside to an address in
+    `prefix` (a /96: the IPv4 address is its last 32 bits, RFC 6052) leave by the port as IPv4
+    from `address`, with a port from nat.ports (p4src/include/control/nat64.p4)."""
+
+    port: int
+    prefix: ipaddress.IPv6Network
+    address: ipaddress.IPv4Address
+    line: int = 0
+
+    @property
+    def well_known(self) -> bool:
+        return self.prefix == NAT64_WELL_KNOWN
+
+    def embeds(self, address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+        """The IPv4 address an IPv6 one in the prefix stands for (None: not in it)."""
+        if address not in self.prefix:
+            return None
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+
+
+# RFC 6052 section 2.1; section 3.1: not to be used for non-global IPv4 addresses.
+NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")
+NAT64_NON_GLOBAL = tuple(
+    ipaddress.IPv4Network(n)
+    for n in (
+        "0.0.0.0/8",
+        "10.0.0.0/8",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+    )
+)
+
+
 # Data-plane masquerading: a block of ports (one per cell of the program's flow_nat register) on
 # each masquerade address, from which the NPM picks a new flow's port itself.
 NAT_DP_PORTS = pv.NAT_DP_PORTS
@@ -190,6 +230,7 @@ class NatSpec:
     port_forwards: tuple[PortForward, ...] = ()
     data_plane_base: int | None = DEFAULT_DP_BASE  # first port of the NPM's block; None: off
     nptv6: tuple[Nptv6Mapping, ...] = ()  # IPv6 prefix translation on outside ports
+    nat64: tuple[Nat64Spec, ...] = ()  # stateful NAT64 on outside ports
 
     @property
     def data_plane_ports(self) -> tuple[int, int] | None:
@@ -339,6 +380,10 @@ class Policy:
         """Longest-prefix match over the routes the CPM installs (neighbours and static)."""
         return _longest_match(self.routes, address)
 
+    def nat64_for(self, address: ipaddress.IPv6Address) -> Nat64Spec | None:
+        """The NAT64 translation whose prefix holds `address` (prefixes do not overlap)."""
+        return next((n for n in self.nat.nat64 if address in n.prefix), None)
+
     def masquerade_for(self, egress_port: int, source: ipaddress.IPv4Address) -> Masquerade | None:
         best: tuple[int, Masquerade] | None = None
         for rule in self.nat.masquerade:
@@ -365,6 +410,8 @@ class Policy:
                 out.setdefault(iface.ip, port.number)
         for rule in self.nat.masquerade:
             out.setdefault(rule.address, rule.port)
+        for nat64 in self.nat.nat64:
+            out.setdefault(nat64.address, nat64.port)
         if self.ipsec is not None:  # the IPsec SPM's address, answered on its outside port
             for port in self.ports:
                 if any(self.ipsec.address in iface.network for iface in port.addresses):

@@ -645,6 +645,37 @@ def _nat() -> list[Key]:
             "IPv6 prefix (as long as `inside`)",
             "The prefix they have outside; it must not hold one of the gateway's own addresses.",
         ),
+        _key(
+            "nat.nat64",
+            LIST,
+            "Stateful NAT64 (RFC 6146, headers translated per RFC 7915): IPv6 flows from inside "
+            "to an address in `prefix` leave by `port` as IPv4 flows from `address` to the IPv4 "
+            "address in the prefix's last 32 bits, with a port (ICMP identifier) from "
+            "`nat.ports`; their replies are translated back. TCP, UDP and ICMP echo are "
+            "translated, without IPv6 extension headers, IPv4 options or fragments. The IPv6 ACL "
+            "decides which flows may open. With the well-known prefix, IPv4 destinations that "
+            "are not global (RFC 1918, loopback, link-local, shared, multicast) are refused "
+            "(RFC 6052 section 3.1).",
+        ),
+        _required(
+            "nat.nat64[].port",
+            "integer",
+            "The outside port the IPv4 side leaves by; the IPv4 destination's route must leave "
+            "by it too.",
+        ),
+        _key(
+            "nat.nat64[].prefix",
+            "IPv6 prefix (/96)",
+            "The prefix IPv6 hosts reach IPv4 ones through (DNS64 synthesizes addresses in it); "
+            "it must overlap no other NAT64 prefix, no port's IPv6 network and no NPTv6 prefix.",
+            "64:ff9b::/96",
+        ),
+        _key(
+            "nat.nat64[].address",
+            IPV4,
+            "The IPv4 address the translated flows leave from; without it, the port's first "
+            "address. The gateway answers ARP for it.",
+        ),
     ]
 
 

@@ -166,6 +166,8 @@ def judge(
         if session.v6:
             if not same6 and _denied6(old_policy, policy, session):
                 return Change(session, "denied", session.class_id, 0, 0, block=True)
+            if session.nat_kind == pc.NAT_64:
+                return None  # not inspected: nothing to steer
             if session.state == BYPASSED or (same_ids6 and unchanged_rest):
                 return None
             class_before = classify6(old_policy, session.key)

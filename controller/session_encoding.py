@@ -7,7 +7,9 @@ request is serialised for gRPC: `bench/bench_encoding.py`, docs/benchmarks.md.)
 
 An IPv6 session's key (addresses above 2**32, `controller.session_model.key_is_v6`) goes to
 `session_v6` instead, its addresses as two 64-bit halves, its forward action with that action's
-parameters (class, SPM port and MAC: no NAT).
+parameters (class, SPM port and MAC: no NAT). A NAT64 session's entries
+(`controller.session_model.nat64_params`) take the NAT64 actions of both tables, told apart by
+their parameters' names.
 """
 
 from __future__ import annotations
@@ -49,11 +51,20 @@ class SessionEncoder:
         self.forward_id = forward.id
         self.params = [(p.name, p.id) for p in forward.params]
         self.block_id = schema.action_of(table, pc.A_SESSION_BLOCK).id
+        self.nat64_reply_id = 0
+        self.nat64_reply_params: list[tuple[str, int]] = []
+        if pc.A_SESSION_NAT64_REPLY in schema.actions and (
+            schema.actions.get(pc.A_SESSION_NAT64_REPLY).id in table.action_ids
+        ):
+            nat64_reply = schema.action_of(table, pc.A_SESSION_NAT64_REPLY)
+            self.nat64_reply_id = nat64_reply.id
+            self.nat64_reply_params = [(p.name, p.id) for p in nat64_reply.params]
         # IPv6 builds: session_v6 (0: the program has none)
         self.v6_table_id = 0
         self.v6_fields: list[int] = []
         self.v6_params: list[tuple[str, int]] = []
-        self.v6_forward_id = self.v6_block_id = 0
+        self.v6_forward_id = self.v6_block_id = self.v6_nat64_id = 0
+        self.v6_nat64_params: list[tuple[str, int]] = []
         if pc.T_SESSION_V6 in schema.tables:
             table6 = schema.tables.get(pc.T_SESSION_V6)
             self.v6_table_id = table6.id
@@ -73,6 +84,9 @@ class SessionEncoder:
             self.v6_forward_id = forward6.id
             self.v6_params = [(p.name, p.id) for p in forward6.params]
             self.v6_block_id = schema.action_of(table6, pc.A_SESSION_V6_BLOCK).id
+            nat64 = schema.action_of(table6, pc.A_SESSION_V6_NAT64)
+            self.v6_nat64_id = nat64.id
+            self.v6_nat64_params = [(p.name, p.id) for p in nat64.params]
 
     @property
     def table_ids(self) -> tuple[int, ...]:
@@ -129,12 +143,22 @@ class SessionEncoder:
         if entry.table_id == self.v6_table_id:
             if params is None:
                 action.action_id = self.v6_block_id
+            elif "v4_src" in params:
+                action.action_id = self.v6_nat64_id
+                for name, param_id in self.v6_nat64_params:
+                    action.params.add(param_id=param_id, value=_canonical(params[name]))
             else:
                 action.action_id = self.v6_forward_id
                 for name, param_id in self.v6_params:
                     action.params.add(param_id=param_id, value=_canonical(params[name]))
         elif params is None:
             action.action_id = self.block_id
+        elif "src_hi" in params:
+            if not self.nat64_reply_id:
+                raise ValueError("a NAT64 session, and the program has no session_nat64_reply")
+            action.action_id = self.nat64_reply_id
+            for name, param_id in self.nat64_reply_params:
+                action.params.add(param_id=param_id, value=_canonical(params[name]))
         else:
             action.action_id = self.forward_id
             for name, param_id in self.params:
@@ -157,11 +181,14 @@ class SessionEncoder:
         if self.v6_table_id and entry.table_id == self.v6_table_id:
             if action.action_id == self.v6_block_id:
                 return None
-            names6 = {param_id: name for name, param_id in self.v6_params}
+            nat64 = action.action_id == self.v6_nat64_id
+            listed = self.v6_nat64_params if nat64 else self.v6_params
+            names6 = {param_id: name for name, param_id in listed}
             return {names6[p.param_id]: int.from_bytes(p.value, "big") for p in action.params}
         if action.action_id == self.block_id:
             return None
-        names = {param_id: name for name, param_id in self.params}
+        listed = self.nat64_reply_params if action.action_id == self.nat64_reply_id else self.params
+        names = {param_id: name for name, param_id in listed}
         return {names[p.param_id]: int.from_bytes(p.value, "big") for p in action.params}
 
 

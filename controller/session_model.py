@@ -8,7 +8,13 @@ An IPv6 session (`session_v6`'s two entries: no NAT, both with the class and SPM
 has the same kind of key with 128-bit addresses. The two families' keys never meet: the CPM
 makes no session of an IPv6 address below 2**32 (::/96, the IPv4-compatible addresses RFC 4291
 deprecates), so a key is IPv6's exactly when an address of it is above 2**32 - 1
-(`key_is_v6`)."""
+(`key_is_v6`).
+
+A NAT64 session (nat_kind NAT_64, p4src/include/control/nat64.p4) has an IPv6 original key and an
+IPv4 reply key: the original direction is a `session_v6_nat64` entry (the IPv4 addresses, the
+source port and the IPv4 route), the reply direction a `session_nat64_reply` entry in the IPv4
+table (the IPv6 addresses, the inside port and the IPv6 route). Its routes (`Nat64Routes`) come
+from the policy when the session is made and again whenever its entries are rewritten."""
 
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ FIN_ORIGINAL, FIN_REPLY = 1, 2
 
 
 IPV4_MAX = 0xFFFFFFFF
+HALF_MAX = (1 << 64) - 1
 IPV6_EXTENSIONS = (
     pc.IPV6_EXT_HOP_BY_HOP,
     pc.IPV6_EXT_ROUTING,
@@ -38,6 +45,28 @@ IPV6_EXTENSIONS = (
 
 def key_is_v6(key: FlowKey) -> bool:
     return key[0] > IPV4_MAX or key[1] > IPV4_MAX
+
+
+def proto4(proto6: int) -> int:
+    """The IPv4 protocol of a translated IPv6 one (ICMPv6 becomes ICMP, RFC 7915)."""
+    return pc.IP_PROTO_ICMP if proto6 == pc.IP_PROTO_ICMPV6 else proto6
+
+
+def proto6(proto4_: int) -> int:
+    return pc.IP_PROTO_ICMPV6 if proto4_ == pc.IP_PROTO_ICMP else proto4_
+
+
+@dataclass(frozen=True, slots=True)
+class Nat64Routes:
+    """Where a NAT64 session's two directions leave: the IPv4 route of the translated original
+    direction, the IPv6 route of the translated reply (port, next hop's MAC, the port's MAC)."""
+
+    v4_port: int
+    v4_next_hop_mac: int
+    v4_router_mac: int
+    v6_port: int
+    v6_next_hop_mac: int
+    v6_router_mac: int
 
 
 def address_text(value: int, v6: bool) -> str:
@@ -61,6 +90,9 @@ def row_keys(row: Mapping[str, Any]) -> tuple[FlowKey, FlowKey]:
     if row.get("src6"):
         src, dst = int(ipaddress.IPv6Address(row["src6"])), int(ipaddress.IPv6Address(row["dst6"]))
         key = (src, dst, row["proto"], row["sport"], row["dport"])
+        if row["nat_kind"] == pc.NAT_64:
+            r_proto = proto4(row["proto"])
+            return key, (row["r_src"], row["r_dst"], r_proto, row["r_sport"], row["r_dport"])
         return key, (dst, src, row["proto"], row["r_sport"], row["r_dport"])
     key = (row["src"], row["dst"], row["proto"], row["sport"], row["dport"])
     return key, (row["r_src"], row["r_dst"], row["proto"], row["r_sport"], row["r_dport"])
@@ -88,6 +120,7 @@ class Session:
     # on_demand: a data-plane slot carries the flow and the CPM wrote no entries for it (yet)
     slot_only: bool = False
     reported_at: float = 0.0  # monotonic time of its last digest, while slot_only
+    nat64: Nat64Routes | None = None  # a NAT64 session's routes (None: from the policy)
 
     @property
     def steered(self) -> bool:
@@ -101,6 +134,7 @@ class Session:
         """The database row. An IPv6 session's addresses are text in src6 and dst6 (the integer
         columns are 64 bits), its integer address columns 0."""
         v6 = self.v6
+        reply_v6 = key_is_v6(self.reply)
         return {
             "id": self.id,
             "npm": self.npm,
@@ -111,8 +145,8 @@ class Session:
             "proto": self.key[2],
             "sport": self.key[3],
             "dport": self.key[4],
-            "r_src": 0 if v6 else self.reply[0],
-            "r_dst": 0 if v6 else self.reply[1],
+            "r_src": 0 if reply_v6 else self.reply[0],
+            "r_dst": 0 if reply_v6 else self.reply[1],
             "r_sport": self.reply[3],
             "r_dport": self.reply[4],
             "class_id": self.class_id,
@@ -153,6 +187,9 @@ class Session:
 def reply_key(key: FlowKey, nat_kind: int, nat_addr: int, nat_port: int) -> FlowKey:
     """The reply direction's key: the reverse of the original's tuple after NAT."""
     src, dst, proto, sport, dport = key
+    if nat_kind == pc.NAT_64:
+        # From the IPv4 server (the low 32 bits of the synthesized address) to the pool address.
+        return (dst & IPV4_MAX, nat_addr, proto4(proto), dport, nat_port)
     if nat_kind == pc.NAT_REWRITE_SRC:
         src, sport = nat_addr, nat_port
     elif nat_kind == pc.NAT_REWRITE_DST:
@@ -166,6 +203,8 @@ def direction_params(session: Session) -> tuple[dict[str, int] | None, dict[str,
     if session.state == BLOCKED:
         return None, None
     spm_port, spm_mac = (0, 0) if session.state == BYPASSED else (session.spm_port, session.spm_mac)
+    if session.nat_kind == pc.NAT_64:
+        return nat64_params(session)
     if session.v6:
         params = {"class_id": session.class_id, "spm_port": spm_port, "spm_mac": spm_mac}
         return params, dict(params)
@@ -184,6 +223,34 @@ def direction_params(session: Session) -> tuple[dict[str, int] | None, dict[str,
         reply.update(nat_kind=pc.NAT_REWRITE_DST, nat_addr=src, nat_port=sport, nat_before_spm=1)
     elif session.nat_kind == pc.NAT_REWRITE_DST:
         reply.update(nat_kind=pc.NAT_REWRITE_SRC, nat_addr=dst, nat_port=dport, nat_before_spm=1)
+    return original, reply
+
+
+def nat64_params(session: Session) -> tuple[dict[str, int] | None, dict[str, int] | None]:
+    """A NAT64 session's (session_v6_nat64, session_nat64_reply) parameters; without routes,
+    both blocked (nothing to send the translated packets by)."""
+    routes = session.nat64
+    if routes is None:
+        return None, None
+    src, dst, _proto, sport, _dport = session.key
+    original = {
+        "v4_src": session.nat_addr,
+        "v4_dst": dst & IPV4_MAX,
+        "sport": session.nat_port,
+        "port": routes.v4_port,
+        "next_hop_mac": routes.v4_next_hop_mac,
+        "router_mac": routes.v4_router_mac,
+    }
+    reply = {
+        "src_hi": dst >> 64,
+        "src_lo": dst & HALF_MAX,
+        "dst_hi": src >> 64,
+        "dst_lo": src & HALF_MAX,
+        "dport": sport,
+        "port": routes.v6_port,
+        "next_hop_mac": routes.v6_next_hop_mac,
+        "router_mac": routes.v6_router_mac,
+    }
     return original, reply
 
 
@@ -286,6 +353,14 @@ def flow_frame(key: FlowKey) -> bytes:
 
 def partner_key(key: FlowKey, params: Mapping[str, int] | None) -> tuple[FlowKey, bool]:
     """The other direction's key, and whether `key` is the original direction."""
+    if params is not None and "v4_src" in params:  # session_v6_nat64
+        _src, _dst, proto, _sport, dport = key
+        return (params["v4_dst"], params["v4_src"], proto4(proto), dport, params["sport"]), True
+    if params is not None and "src_hi" in params:  # session_nat64_reply
+        _src, _dst, proto, sport, _dport = key
+        server6 = (params["src_hi"] << 64) | params["src_lo"]
+        inside6 = (params["dst_hi"] << 64) | params["dst_lo"]
+        return (inside6, server6, proto6(proto), params["dport"], sport), False
     if params is None or params.get("nat_kind", pc.NAT_NONE) == pc.NAT_NONE:
         src, dst, proto, sport, dport = key
         return (dst, src, proto, dport, sport), True
@@ -309,6 +384,8 @@ def session_from_entries(
     p = params or {}
     nat_kind = p.get("nat_kind", pc.NAT_NONE)
     nat_addr, nat_port = p.get("nat_addr", 0), p.get("nat_port", 0)
+    if "v4_src" in p:  # a NAT64 session's original entry (its partner gives the IPv6 route)
+        nat_kind, nat_addr, nat_port = pc.NAT_64, p["v4_src"], p["sport"]
     return Session(
         id=session_id,
         npm=npm,

@@ -85,13 +85,16 @@ A_PORT_FORWARD_DP = "port_forward_dp"  # id 0x01fbce6f
 A_REJECT_UNKNOWN_TAG = "reject_unknown_tag"  # id 0x0102d70d
 A_RESUME_AFTER_SPM = "resume_after_spm"  # id 0x014b6011
 A_ROUTE_TO = "route_to"  # id 0x0139516c
+A_ROUTE_V6_NAT64 = "route_v6_nat64"  # id 0x0118f0c3
 A_ROUTE_V6_TO = "route_v6_to"  # id 0x01f61f76
 A_SESSION_BLOCK = "session_block"  # id 0x015bac69
 A_SESSION_FORWARD = "session_forward"  # id 0x0106447b
 A_SESSION_MISS = "session_miss"  # id 0x01fe58e0
+A_SESSION_NAT64_REPLY = "session_nat64_reply"  # id 0x01dcc440
 A_SESSION_V6_BLOCK = "session_v6_block"  # id 0x019d4805
 A_SESSION_V6_FORWARD = "session_v6_forward"  # id 0x0116dcfd
 A_SESSION_V6_MISS = "session_v6_miss"  # id 0x012bda42
+A_SESSION_V6_NAT64 = "session_v6_nat64"  # id 0x01984141
 A_SET_ACL2_ADDR_INDEX = "set_acl2_addr_index"  # id 0x01c351c8
 A_SET_ACL2_PORT_INDEX = "set_acl2_port_index"  # id 0x01654d20
 A_SET_ACL3_ADDR_INDEX = "set_acl3_addr_index"  # id 0x01d1f0b8
@@ -234,13 +237,16 @@ ACTION_PARAMS: dict[str, tuple[str, ...]] = {
     "reject_unknown_tag": (),
     "resume_after_spm": ("nat_done",),
     "route_to": ("port", "next_hop_mac"),
+    "route_v6_nat64": (),
     "route_v6_to": ("port", "next_hop_mac", "router_mac"),
     "session_block": (),
     "session_forward": ("class_id", "spm_port", "spm_mac", "nat_kind", "nat_addr", "nat_port", "nat_before_spm"),
     "session_miss": (),
+    "session_nat64_reply": ("src_hi", "src_lo", "dst_hi", "dst_lo", "dport", "port", "next_hop_mac", "router_mac"),
     "session_v6_block": (),
     "session_v6_forward": ("class_id", "spm_port", "spm_mac"),
     "session_v6_miss": (),
+    "session_v6_nat64": ("v4_src", "v4_dst", "sport", "port", "next_hop_mac", "router_mac"),
     "set_acl2_addr_index": ("index",),
     "set_acl2_port_index": ("index",),
     "set_acl3_addr_index": ("index",),
@@ -406,7 +412,8 @@ DROP_NEW_FLOW_RATE = 19
 DROP_CPU_CONTROL = 20
 DROP_BAD_IPV6_HEADER = 21
 DROP_IPV6_EXT_HEADERS = 22
-DROP_REASON_COUNT = 23
+DROP_NAT64_UNTRANSLATABLE = 23
+DROP_REASON_COUNT = 24
 CPU_REASON_SESSION_NAT = 1
 CPU_REASON_ACL = 2
 CPU_REASON_TTL_EXPIRED = 3
@@ -421,6 +428,7 @@ RULE_NONE = 0xffffffff
 NAT_NONE = 0
 NAT_REWRITE_SRC = 1
 NAT_REWRITE_DST = 2
+NAT_64 = 3
 FLOW_EVENT_CREATED = 0
 FLOW_EVENT_RECLAIMED = 1
 FLOW_EVENT_HIT = 2
@@ -451,10 +459,10 @@ METER_GREEN = 0
 METER_YELLOW = 1
 METER_RED = 2
 
-DROP_NAMES: dict[int, str] = {0: "NONE", 1: "TRUNCATED", 2: "BAD_CHECKSUM", 3: "BAD_IPV4_HEADER", 4: "TTL_EXPIRED", 5: "TAG_SPOOF", 6: "UNKNOWN_TAG", 7: "NO_SESSION", 8: "ACL_DENY", 9: "NO_ROUTE", 10: "SESSION_BLOCKED", 11: "CLASS_METER", 12: "CPU_METER", 13: "UNKNOWN_PORT", 14: "UNSUPPORTED", 15: "NAT_NO_SESSION", 16: "CPU_LOOP", 17: "NO_SPM", 18: "CPU_SOURCE_METER", 19: "NEW_FLOW_RATE", 20: "CPU_CONTROL", 21: "BAD_IPV6_HEADER", 22: "IPV6_EXT_HEADERS"}
+DROP_NAMES: dict[int, str] = {0: "NONE", 1: "TRUNCATED", 2: "BAD_CHECKSUM", 3: "BAD_IPV4_HEADER", 4: "TTL_EXPIRED", 5: "TAG_SPOOF", 6: "UNKNOWN_TAG", 7: "NO_SESSION", 8: "ACL_DENY", 9: "NO_ROUTE", 10: "SESSION_BLOCKED", 11: "CLASS_METER", 12: "CPU_METER", 13: "UNKNOWN_PORT", 14: "UNSUPPORTED", 15: "NAT_NO_SESSION", 16: "CPU_LOOP", 17: "NO_SPM", 18: "CPU_SOURCE_METER", 19: "NEW_FLOW_RATE", 20: "CPU_CONTROL", 21: "BAD_IPV6_HEADER", 22: "IPV6_EXT_HEADERS", 23: "NAT64_UNTRANSLATABLE"}
 CPU_REASON_NAMES: dict[int, str] = {1: "SESSION_NAT", 2: "ACL", 3: "TTL_EXPIRED", 4: "NO_ROUTE", 5: "SESSION_COLLISION", 6: "SESSION_V6"}
 ROLE_NAMES: dict[int, str] = {0: "UNKNOWN", 1: "INSIDE", 2: "OUTSIDE", 3: "SPM", 4: "CPU"}
 ACL_NAMES: dict[int, str] = {0: "DENY", 1: "PERMIT", 2: "TO_CPU"}
-NAT_NAMES: dict[int, str] = {0: "NONE", 1: "REWRITE_SRC", 2: "REWRITE_DST"}
+NAT_NAMES: dict[int, str] = {0: "NONE", 1: "REWRITE_SRC", 2: "REWRITE_DST", 3: "64"}
 METER_NAMES: dict[int, str] = {0: "GREEN", 1: "YELLOW", 2: "RED"}
 FLOW_EVENT_NAMES: dict[int, str] = {0: "CREATED", 1: "RECLAIMED", 2: "HIT", 3: "COLLISION", 4: "RETIRED", 5: "CLOSING", 6: "NAT_CREATED", 7: "NAT_FULL", 8: "NAT_REVERSE", 9: "DNAT_CREATED", 10: "DNAT_REPLY", 11: "DNAT_FALLBACK", 12: "REPORTED", 13: "RELATED", 14: "ENDED"}

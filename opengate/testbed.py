@@ -128,17 +128,7 @@ def session_v6_entry(
     block: bool = False,
 ) -> TableEntry:
     """One direction of an IPv6 session, as the controller writes it (SPM MACs from SPM_MAC)."""
-    src_hi, src_lo = halves(src)
-    dst_hi, dst_lo = halves(dst)
-    match: dict[str, MatchValue] = {
-        "ipv6_src_hi": Exact(src_hi),
-        "ipv6_src_lo": Exact(src_lo),
-        "ipv6_dst_hi": Exact(dst_hi),
-        "ipv6_dst_lo": Exact(dst_lo),
-        "ip_proto": Exact(proto),
-        "l4_sport": Exact(sport),
-        "l4_dport": Exact(dport),
-    }
+    match = session_v6_match(src, dst, proto, sport, dport)
     if block:
         return TableEntry.make(pc.T_SESSION_V6, match, pc.A_SESSION_V6_BLOCK)
     params = {
@@ -147,6 +137,94 @@ def session_v6_entry(
         "spm_mac": mac(SPM_MAC[spm_port]) if spm_port else 0,
     }
     return TableEntry.make(pc.T_SESSION_V6, match, pc.A_SESSION_V6_FORWARD, params)
+
+
+def session_v6_match(
+    src: str, dst: str, proto: int, sport: int, dport: int
+) -> dict[str, MatchValue]:
+    """session_v6's key of a packet as it arrives."""
+    src_hi, src_lo = halves(src)
+    dst_hi, dst_lo = halves(dst)
+    return {
+        "ipv6_src_hi": Exact(src_hi),
+        "ipv6_src_lo": Exact(src_lo),
+        "ipv6_dst_hi": Exact(dst_hi),
+        "ipv6_dst_lo": Exact(dst_lo),
+        "ip_proto": Exact(proto),
+        "l4_sport": Exact(sport),
+        "l4_dport": Exact(dport),
+    }
+
+
+NAT64_PREFIX = "64:ff9b::/96"
+
+
+def nat64_address(ipv4: str, prefix: str = NAT64_PREFIX) -> str:
+    """An IPv4 address in a /96 NAT64 prefix (RFC 6052 section 2.2)."""
+    network = ipaddress.IPv6Network(prefix)
+    value = int(network.network_address) | int(ipaddress.IPv4Address(ipv4))
+    return str(ipaddress.IPv6Address(value))
+
+
+def nat64_entries(
+    inside6: str, server4: str, proto6: int, sport: int, dport: int, v4_src: str, v4_port: int
+) -> list[TableEntry]:
+    """Both directions of a NAT64 session from `inside6`:`sport` to `server4`:`dport` (through
+    the well-known prefix), as the controller writes it (controller.session_model.nat64_params):
+    the original leaves by OUTSIDE from `v4_src`:`v4_port`, the reply returns by INSIDE. An
+    echo's ports: the identifier as the request's source port, 0 as its destination."""
+    server6 = nat64_address(server4)
+    proto4 = pc.IP_PROTO_ICMP if proto6 == pc.IP_PROTO_ICMPV6 else proto6
+    src_hi, src_lo = halves(server6)
+    dst_hi, dst_lo = halves(inside6)
+    reply_match: dict[str, MatchValue] = {
+        "ipv4_src": Exact(int(ipaddress.IPv4Address(server4))),
+        "ipv4_dst": Exact(int(ipaddress.IPv4Address(v4_src))),
+        "ip_proto": Exact(proto4),
+        "l4_sport": Exact(dport),
+        "l4_dport": Exact(v4_port),
+    }
+    return [
+        TableEntry.make(
+            pc.T_SESSION_V6,
+            session_v6_match(inside6, server6, proto6, sport, dport),
+            pc.A_SESSION_V6_NAT64,
+            {
+                "v4_src": int(ipaddress.IPv4Address(v4_src)),
+                "v4_dst": int(ipaddress.IPv4Address(server4)),
+                "sport": v4_port,
+                "port": OUTSIDE,
+                "next_hop_mac": mac(HOST_OUT_MAC),
+                "router_mac": mac(GW_MAC[OUTSIDE]),
+            },
+        ),
+        TableEntry.make(
+            pc.T_SESSION,
+            reply_match,
+            pc.A_SESSION_NAT64_REPLY,
+            {
+                "src_hi": src_hi,
+                "src_lo": src_lo,
+                "dst_hi": dst_hi,
+                "dst_lo": dst_lo,
+                "dport": sport,
+                "port": INSIDE,
+                "next_hop_mac": mac(HOST_IN_MAC),
+                "router_mac": mac(GW_MAC[INSIDE]),
+            },
+        ),
+    ]
+
+
+def nat64_route_entry(prefix: str = NAT64_PREFIX) -> TableEntry:
+    """A NAT64 prefix in routing_v6 (its flows open at the CPM)."""
+    return TableEntry.make(
+        pc.T_ROUTING_V6,
+        prefix_match(prefix, "ipv6_dst_hi", "ipv6_dst_lo"),
+        pc.A_ROUTE_V6_NAT64,
+        {},
+        priority=ipaddress.IPv6Network(prefix).prefixlen + 1,
+    )
 
 
 def route_v6_entry(prefix: str, port: int, next_hop_mac: str, router_mac: str) -> TableEntry:

@@ -69,14 +69,15 @@ control V1Ingress(inout headers_t hdr, inout local_metadata_t meta,
                 });
             }
         }
-        if (meta.send_session_close == 1 && hdr.ipv6.isValid()) {
+        // Keys as the packet arrived (NAT64 may have changed its family since).
+        if (meta.send_session_close == 1 && meta.close_v6 == 1) {
             digest<session_close_v6_t>(3, {
-                hdr.ipv6.src_hi, hdr.ipv6.src_lo, hdr.ipv6.dst_hi, hdr.ipv6.dst_lo,
+                meta.close_src_hi, meta.close_src_lo, meta.close_dst_hi, meta.close_dst_lo,
                 meta.l4_proto, meta.l4_sport, meta.l4_dport, meta.tcp_flags
             });
         } else if (meta.send_session_close == 1) {
             digest<session_close_t>(2, {
-                meta.key_src, meta.key_dst, hdr.ipv4.protocol,
+                meta.key_src, meta.key_dst, meta.flow_proto,
                 meta.key_sport, meta.key_dport, meta.tcp_flags
             });
         }

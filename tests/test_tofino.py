@@ -112,6 +112,10 @@ V1MODEL_ONLY = {
     pc.T_NPTV6_OUTBOUND,
     pc.A_NPT_REWRITE_DST,
     pc.A_NPT_REWRITE_SRC,
+    # NAT64 (control/nat64.p4, OG_IPV6): the IPv4 session table's reply action too
+    pc.A_SESSION_V6_NAT64,
+    pc.A_SESSION_NAT64_REPLY,
+    pc.A_ROUTE_V6_NAT64,
 }
 V1MODEL_ONLY_PARAMS = {f"acl{n}_index" for n in range(2, 7)}
 TOFINO2_HAS = {pc.T_ACL_SPILL}

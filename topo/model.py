@@ -134,7 +134,10 @@ def load_topology(path: str | Path, root: Path | None = None) -> TopologySpec:
             role=role,
             mac=item.get("mac", as_mac),
             lan=item.get("lan", as_str, required=role not in SPM_ROLES),
-            ip=item.get("ip", as_ipv4_interface, required=role not in SPM_ROLES),
+            # An inside or outside host has an IPv4 address, an IPv6 one, or both.
+            ip=item.get(
+                "ip", as_ipv4_interface, required=role not in SPM_ROLES and not item.has("ip6")
+            ),
             gateway=item.get("gateway", as_ipv4, required=False),
             ip6=item.get("ip6", as_ipv6_interface, required=False),
             gateway6=item.get("gateway6", as_ipv6, required=False),

@@ -102,7 +102,8 @@ const drop_reason_t DROP_NEW_FLOW_RATE   = 19;  // this source opens new flows f
 const drop_reason_t DROP_CPU_CONTROL     = 20;  // a control packet of the CPM, used up here (a flow ended)
 const drop_reason_t DROP_BAD_IPV6_HEADER = 21;  // version != 6, multicast source
 const drop_reason_t DROP_IPV6_EXT_HEADERS = 22; // an extension header chain the parser does not walk
-const bit<32> DROP_REASON_COUNT = 23;
+const drop_reason_t DROP_NAT64_UNTRANSLATABLE = 23; // a NAT64 flow's packet RFC 7915 cannot map here
+const bit<32> DROP_REASON_COUNT = 24;
 
 // Why a packet goes to the controller (packet_in.reason).
 const cpu_reason_t CPU_REASON_SESSION_NAT = 1;  // opening packet of a session that needs NAT
@@ -123,6 +124,7 @@ const rule_id_t RULE_NONE = 0xffffffff;
 const nat_kind_t NAT_NONE        = 0;
 const nat_kind_t NAT_REWRITE_SRC = 1;
 const nat_kind_t NAT_REWRITE_DST = 2;
+const nat_kind_t NAT_64          = 3;   // CPM only: a NAT64 session (IPv6 original, IPv4 reply)
 
 // What the data-plane session slots did (index of flow_event_counter; docs/explanation/dp-sessions.md).
 const bit<32> FLOW_EVENT_CREATED   = 0;  // an opening packet claimed a free slot

@@ -527,6 +527,26 @@ struct local_metadata_t {
     bit<1>        nd_solicit;        // a neighbour solicitation the responder can answer (shape)
     bit<1>        nd_reply;          // ...answered: the shell recomputes the ICMPv6 checksum
     bit<8>        icmpv6_type;       // the ICMPv6 type (0 for other protocols), an ACL key
+    // NAT64 (control/nat64.p4): a session's translation and the route of its other family.
+    bit<1>        nat64_prefix;      // the destination is in a NAT64 prefix (routing_v6)
+    bit<1>        nat64_out;         // IPv6 to IPv4 (session_v6_nat64)...
+    bit<1>        nat64_in;          // ...IPv4 to IPv6 (session_nat64_reply)
+    ipv4_addr_t   nat64_v4_src;
+    ipv4_addr_t   nat64_v4_dst;
+    ipv6_half_t   nat64_src_hi;
+    ipv6_half_t   nat64_src_lo;
+    ipv6_half_t   nat64_dst_hi;
+    ipv6_half_t   nat64_dst_lo;
+    l4_port_t     nat64_l4_port;     // out: the source port (identifier); in: the destination's
+    port_id_t     nat64_egress;
+    mac_addr_t    nat64_next_hop_mac;
+    mac_addr_t    nat64_router_mac;
+    // An IPv6 session's FIN or RST: the addresses as it arrived (NAT64 translates them).
+    bit<1>        close_v6;
+    ipv6_half_t   close_src_hi;
+    ipv6_half_t   close_src_lo;
+    ipv6_half_t   close_dst_hi;
+    ipv6_half_t   close_dst_lo;
 #endif
 }
 

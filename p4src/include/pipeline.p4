@@ -17,6 +17,7 @@
 #endif
 #include "control/session_setup.p4"
 #ifdef OG_IPV6
+#include "control/nat64.p4"
 #include "control/ipv6.p4"
 #endif
 #include "control/steering.p4"
@@ -50,6 +51,7 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
     IngressAccounting() accounting;
 #ifdef OG_IPV6
     Ipv6Pipeline() ipv6;
+    Nat64Inbound() nat64_inbound;
 #endif
 
     // Each step records why it would drop the packet in its own field; DropDecision makes the
@@ -103,6 +105,13 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
                 if (og_session_lookup(meta)) {
                     session.apply(hdr, meta);
                 }
+#endif
+#ifdef OG_IPV6
+                // The reply direction of a NAT64 session becomes IPv6 (control/nat64.p4):
+                // nothing below applies to it.
+                if (meta.nat64_in == 1) {
+                    nat64_inbound.apply(hdr, meta);
+                } else {
 #endif
 #ifdef OG_ICMP_RELATED
                 // An ICMP error its flow's session admits goes straight to the flow's end,
@@ -196,6 +205,9 @@ control OgIngress(inout headers_t hdr, inout local_metadata_t meta) {
 #endif
                 }
                 forwarding.apply(hdr, meta);
+#ifdef OG_IPV6
+                }
+#endif
             }
 #ifdef OG_IPV6
             else if (hdr.ipv6.isValid()) {

@@ -153,6 +153,7 @@ def test_the_example_is_dual_stack_and_keeps_its_ipv4() -> None:
     assert {str(n.address): (n.name, n.port, n.mac) for n in policy.neighbours6} == {
         "2001:db8:1::10": ("h1", 1, 0x110),
         "2001:db8:1::11": ("h2", 1, 0x111),
+        "2001:db8:1::12": ("h3", 1, 0x112),
         "2001:db8:2::20": ("out1", 2, 0x220),
     }
     assert {str(n.address): (n.port, n.mac) for n in policy.neighbours} == {

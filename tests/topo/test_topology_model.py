@@ -37,7 +37,7 @@ def _write(tmp_path: Path, text: str) -> Path:
 def test_default_topology_loads() -> None:
     spec = load_topology(repo_root() / "topo" / "gateway.yaml", root=repo_root())
     assert [n.name for n in spec.npms] == ["npm1"]
-    assert {h.name for h in spec.hosts_with_role("inside")} == {"h1", "h2"}
+    assert {h.name for h in spec.hosts_with_role("inside")} == {"h1", "h2", "h3"}
     assert spec.npms[0].ports == {1: "lan-in", 2: "lan-out", 3: "spm1", 4: "spm2"}
 
 

@@ -38,6 +38,8 @@ ipv6_half_t npt_translate(in ipv6_half_t hi, in ipv6_half_t prefix, in ipv6_half
 }
 
 control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
+    Nat64Outbound() nat64_outbound;
+
     @name(".nd_advertise")
     action nd_advertise(mac_addr_t mac) {
         meta.router_mac = mac;
@@ -77,6 +79,24 @@ control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
         OG_DIRECT_COUNT(session_v6_counter);
     }
 
+    // The original direction of a NAT64 session (control/nat64.p4): the IPv4 addresses and
+    // source port (identifier) it leaves with, and its IPv4 route. No SPM.
+    @name(".session_v6_nat64")
+    action session_v6_nat64(ipv4_addr_t v4_src, ipv4_addr_t v4_dst, l4_port_t sport,
+                            port_id_t port, mac_addr_t next_hop_mac, mac_addr_t router_mac) {
+        meta.session_hit = 1;
+        meta.session_class = 0;
+        meta.spm_port = 0;
+        meta.nat64_out = 1;
+        meta.nat64_v4_src = v4_src;
+        meta.nat64_v4_dst = v4_dst;
+        meta.nat64_l4_port = sport;
+        meta.nat64_egress = port;
+        meta.nat64_next_hop_mac = next_hop_mac;
+        meta.nat64_router_mac = router_mac;
+        OG_DIRECT_COUNT(session_v6_counter);
+    }
+
     @name(".session_v6_block")
     action session_v6_block() {
         meta.session_hit = 1;
@@ -103,6 +123,7 @@ control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
         }
         actions = {
             session_v6_forward;
+            session_v6_nat64;
             session_v6_block;
             @defaultonly session_v6_miss;
         }
@@ -157,6 +178,14 @@ control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
         meta.routed = 1;
     }
 
+    // A NAT64 prefix (RFC 6052's 64:ff9b::/96 or the policy's own): its flows open at the CPM,
+    // which translates them (session_v6_nat64); without a session nothing is sent there.
+    @name(".route_v6_nat64")
+    action route_v6_nat64() {
+        meta.routed = 1;
+        meta.nat64_prefix = 1;
+    }
+
     @name(".no_route_v6")
     action no_route_v6() {
         meta.routed = 0;
@@ -173,7 +202,7 @@ control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
         }
         // no_route_v6 as an entry: the gateway's own addresses (a /128 each), so that a
         // default route does not take a ping of the gateway out of it (the CPM answers it).
-        actions = { route_v6_to; no_route_v6; }
+        actions = { route_v6_to; route_v6_nat64; no_route_v6; }
         const default_action = no_route_v6();
         size = ROUTE_V6_TABLE_SIZE;
     }
@@ -311,6 +340,16 @@ control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
                 || (hdr.icmp.isValid() && hdr.icmp.icmp_type == ICMPV6_ECHO_REPLY);
             if (meta.expires_here == 1) {
                 // To the CPM (above).
+            } else if (meta.nat64_out == 1) {
+                // NAT64 (its session has its route): what RFC 7915 maps here is translated
+                // below, unless the hop limit runs out.
+                if (meta.ipv6_plain == 0 || !(hdr.tcp.isValid() || hdr.udp.isValid()
+                        || (hdr.icmp.isValid() && (hdr.icmp.icmp_type == ICMPV6_ECHO_REQUEST
+                                                   || hdr.icmp.icmp_type == ICMPV6_ECHO_REPLY)))) {
+                    meta.drop_fwd = DROP_NAT64_UNTRANSLATABLE;
+                } else if (hdr.ipv6.hop_limit[7:1] == 0) {
+                    meta.drop_fwd = DROP_TTL_EXPIRED;
+                }
             } else if (og_admitted(meta) && meta.port_role == ROLE_INSIDE && meta.routed == 0
                     && meta.drop_session == 0
                     && (meta.session_hit == 1 || meta.acl_verdict == ACL_PERMIT)
@@ -335,6 +374,9 @@ control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
                 meta.cpu_reason = CPU_REASON_ACL;
             } else if (meta.route_drop != 0) {
                 meta.drop_fwd = meta.route_drop;
+            } else if (meta.nat64_prefix == 1 && !opening) {
+                // To a NAT64 prefix, of no session: nothing to translate it with.
+                meta.drop_setup = DROP_NO_SESSION;
             } else if (opening) {
                 meta.to_cpu = 1;
                 meta.cpu_reason = CPU_REASON_SESSION_V6;
@@ -349,6 +391,11 @@ control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
             if (meta.session_hit == 1 && hdr.tcp.isValid()
                     && (hdr.tcp.flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) != 0) {
                 meta.send_session_close = 1;
+                meta.close_v6 = 1;
+                meta.close_src_hi = hdr.ipv6.src_hi;
+                meta.close_src_lo = hdr.ipv6.src_lo;
+                meta.close_dst_hi = hdr.ipv6.dst_hi;
+                meta.close_dst_lo = hdr.ipv6.dst_lo;
             }
             if (meta.to_cpu == 1) {
                 meta.egress_port = CPU_PORT;
@@ -357,6 +404,8 @@ control Ipv6Pipeline(inout headers_t hdr, inout local_metadata_t meta) {
                 meta.egress_port = meta.spm_port;
                 hdr.ethernet.dst_addr = meta.spm_mac;
                 hdr.ethernet.src_addr = TAG_MAC_PREFIX ++ meta.tag_base;
+            } else if (meta.nat64_out == 1 && meta.drop_fwd == 0) {
+                nat64_outbound.apply(hdr, meta);
             } else if (meta.routed == 1 && hdr.ipv6.hop_limit[7:1] != 0) {
                 hdr.ipv6.hop_limit = hdr.ipv6.hop_limit - 1;
                 hdr.ethernet.dst_addr = meta.next_hop_mac;

@@ -29,9 +29,11 @@ control Metering(inout headers_t hdr, inout local_metadata_t meta) {
                     OG_METER_EXECUTE(cpu_meter, meta.cpu_reason, meta.cpu_color);
 #ifdef OG_IPV6
                     // IPv6: the low bits of the interface identifier.
-                    bit<12> source = hdr.ipv4.src_addr[11:0];
+                    bit<12> source = 0;
                     if (hdr.ipv6.isValid()) {
                         source = hdr.ipv6.src_lo[11:0];
+                    } else if (hdr.ipv4.isValid()) {
+                        source = hdr.ipv4.src_addr[11:0];
                     }
                     OG_METER_EXECUTE(cpu_source_meter, source, meta.cpu_source_color);
 #else

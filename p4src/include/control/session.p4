@@ -32,6 +32,30 @@ control Session(inout headers_t hdr, inout local_metadata_t meta) {
         OG_DIRECT_COUNT(session_counter);
     }
 
+#ifdef OG_IPV6
+    // The reply direction of a NAT64 session (control/nat64.p4): the IPv6 packet it becomes,
+    // and that packet's route. No SPM: NAT64 flows are not inspected.
+    @name(".session_nat64_reply")
+    action session_nat64_reply(ipv6_half_t src_hi, ipv6_half_t src_lo, ipv6_half_t dst_hi,
+                               ipv6_half_t dst_lo, l4_port_t dport, port_id_t port,
+                               mac_addr_t next_hop_mac, mac_addr_t router_mac) {
+        meta.session_hit = 1;
+        meta.session_class = 0;
+        meta.spm_port = 0;
+        meta.nat_kind = NAT_NONE;
+        meta.nat64_in = 1;
+        meta.nat64_src_hi = src_hi;
+        meta.nat64_src_lo = src_lo;
+        meta.nat64_dst_hi = dst_hi;
+        meta.nat64_dst_lo = dst_lo;
+        meta.nat64_l4_port = dport;
+        meta.nat64_egress = port;
+        meta.nat64_next_hop_mac = next_hop_mac;
+        meta.nat64_router_mac = router_mac;
+        OG_DIRECT_COUNT(session_counter);
+    }
+#endif
+
     @name(".session_miss")
     action session_miss() {
         meta.session_hit = 0;
@@ -49,6 +73,9 @@ control Session(inout headers_t hdr, inout local_metadata_t meta) {
         actions = {
             session_forward;
             session_block;
+#ifdef OG_IPV6
+            session_nat64_reply;
+#endif
             @defaultonly session_miss;
         }
         const default_action = session_miss();
