@@ -109,6 +109,12 @@ class Metrics:
             ["npm"],
             registry=r,
         )
+        self.router_adverts = Counter(
+            "opengate_router_advertisements",
+            "Router advertisements sent (RFC 4861), per port",
+            ["npm", "port"],
+            registry=r,
+        )
         self.session_failures = Counter(
             "opengate_session_failures",
             "Sessions that could not be installed",

@@ -58,6 +58,7 @@ from controller.policy_model import (
     PoolSpec,
     PortForward,
     PortSpec,
+    RaSettings,
     Route,
     Route6,
     SessionSettings,
@@ -105,6 +106,7 @@ __all__ = [
     "PoolSpec",
     "PortForward",
     "PortSpec",
+    "RaSettings",
     "Route",
     "Route6",
     "SessionSettings",
@@ -360,6 +362,7 @@ class _Loader:
                 raise item.error("mac", f"an {role} port needs the gateway's MAC on it")
             if role == "spm" and both:
                 raise item.error("addresses", "an SPM port has no gateway addresses")
+            ra = self._router_advertisements(item, role, addresses6)
             ports.append(
                 PortSpec(
                     number,
@@ -369,12 +372,49 @@ class _Loader:
                     addresses,
                     item.line,
                     addresses6,
+                    ra,
                 )
             )
             item.reject_unknown()
         if not any(p.role == pc.ROLE_INSIDE for p in ports):
             raise top.error("ports", "no inside port")
         return tuple(ports)
+
+    def _router_advertisements(
+        self, item: Reader, role: str, addresses6: Sequence[ipaddress.IPv6Interface]
+    ) -> RaSettings | None:
+        """ports[].router_advertisements: on an inside port with IPv6 addresses, RFC 4861
+        section 6.2.1's bounds (interval 4..1800 s, lifetime 0 or interval..9000 s)."""
+        key = "router_advertisements"
+        if not item.has(key):
+            return None
+        if not isinstance(item.data.get(key), dict):
+            raise item.error(key, "expected a mapping (`{}` for the defaults)")
+        sub = item.sub(key)
+        interval = sub.get("interval", pv.positive_float, 600.0)
+        if not 4 <= interval <= 1800:
+            raise sub.error("interval", f"{interval:g} s is not 4..1800 (RFC 4861 6.2.1)")
+        lifetime = sub.get("lifetime", as_int, 1800)
+        if lifetime != 0 and not interval <= lifetime <= 9000:
+            raise sub.error(
+                "lifetime", f"{lifetime} s is neither 0 nor {interval:g}..9000 (RFC 4861 6.2.1)"
+            )
+        autonomous = sub.get("autonomous", as_bool, False)
+        mtu = pv.opt(sub, "mtu", as_int)
+        if mtu is not None and not 1280 <= mtu <= 65535:
+            raise sub.error("mtu", f"{mtu} is not 1280..65535 (IPv6's minimum MTU is 1280)")
+        sub.reject_unknown()
+        if role != "inside":
+            raise item.error(key, "router advertisements go out of inside ports only")
+        if not addresses6:
+            raise item.error(key, "the port has no IPv6 address whose prefix to advertise")
+        if autonomous:
+            odd = [str(a.network) for a in addresses6 if a.network.prefixlen != 64]
+            if odd:
+                raise sub.error(
+                    "autonomous", f"{odd[0]} is not a /64: SLAAC forms addresses in /64s only"
+                )
+        return RaSettings(interval, lifetime, autonomous, mtu)
 
     def _neighbours(
         self, top: Reader, ports: Sequence[PortSpec]

@@ -42,6 +42,18 @@ def link_local(mac: int) -> ipaddress.IPv6Address:
 
 
 @dataclass(frozen=True, slots=True)
+class RaSettings:
+    """`ports[].router_advertisements` (RFC 4861 section 6.2.1): MaxRtrAdvInterval (seconds),
+    AdvDefaultLifetime (seconds), whether hosts may form addresses in the port's prefixes
+    (SLAAC's autonomous flag), and an MTU option (None: none)."""
+
+    interval: float = 600.0  # RFC 4861's MaxRtrAdvInterval default
+    lifetime: int = 1800  # ...and AdvDefaultLifetime's (three intervals)
+    autonomous: bool = False
+    mtu: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PortSpec:
     number: int
     role: int  # p4constants ROLE_*
@@ -50,6 +62,7 @@ class PortSpec:
     addresses: tuple[ipaddress.IPv4Interface, ...]
     line: int
     addresses6: tuple[ipaddress.IPv6Interface, ...] = ()  # global (or unique local) ones
+    router_advertisements: RaSettings | None = None  # None: the port sends none
 
     @property
     def link_local(self) -> ipaddress.IPv6Address | None:

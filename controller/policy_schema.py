@@ -194,6 +194,41 @@ def _ports() -> list[Key]:
             "ports.",
         ),
         _key(
+            "ports[].router_advertisements",
+            "mapping",
+            "Send router advertisements (RFC 4861) out of this inside port: unsolicited, to all "
+            "nodes, from the port's link-local address, naming the gateway a default router and "
+            "each IPv6 network of the port on-link. Router solicitations are not answered: hosts "
+            "wait for the next advertisement. `{}` takes the defaults. Absent: none sent.",
+        ),
+        _key(
+            "ports[].router_advertisements.interval",
+            "seconds (4..1800)",
+            "MaxRtrAdvInterval: advertisements go at random intervals between a third of it and "
+            "it (the first three at most 16 s apart).",
+            600.0,
+        ),
+        _key(
+            "ports[].router_advertisements.lifetime",
+            "seconds (0, or interval..9000)",
+            "The router lifetime hosts keep the gateway as a default router for; 0: not a "
+            "default router. At least the interval.",
+            1800,
+        ),
+        _key(
+            "ports[].router_advertisements.autonomous",
+            "boolean",
+            "Let hosts form their own addresses in the port's prefixes (SLAAC; /64s only). The "
+            "gateway reaches only the neighbours the policy lists, so a host's SLAAC address "
+            "needs a `neighbours` entry before traffic to it is routed.",
+            False,
+        ),
+        _key(
+            "ports[].router_advertisements.mtu",
+            "integer (1280..65535)",
+            "An MTU option: the link MTU hosts use. Absent: none.",
+        ),
+        _key(
             "neighbours",
             LIST,
             "Hosts the gateway reaches directly. The gateway answers ARP and neighbour "

@@ -133,8 +133,9 @@ class GatewayCLI(CLI):  # type: ignore[misc]
     # -- hosts with and without an address ----------------------------------------------------
 
     def _addressed(self, hosts: list[Any], say: bool = True) -> list[Any]:
-        """The hosts among `hosts` that have an IP address; one line names those skipped."""
-        skipped = [h.name for h in hosts if not h.IP()]
+        """The hosts among `hosts` that have an IPv4 address; one line names those with no
+        address of either family (an IPv6-only host is pinged over IPv6 only)."""
+        skipped = [h.name for h in hosts if not h.IP() and not self._ip6(h)]
         if skipped and say:
             output(
                 f"*** not pinged: {' '.join(skipped)} (SPM hosts have no IP address: the NPM "
@@ -198,7 +199,8 @@ class GatewayCLI(CLI):  # type: ignore[misc]
             )
 
     def do_pingall(self, line: str) -> None:
-        """Ping between all hosts that have an IP address, over IPv4 and then IPv6.
+        """Ping between all hosts that have an IP address, over IPv4 and then IPv6 (an
+        IPv6-only host in the second round only).
         Usage: pingall [TIMEOUT]  (seconds per ping, default 2)"""
         timeout = line.strip() or PING_TIMEOUT
         try:
@@ -208,7 +210,7 @@ class GatewayCLI(CLI):  # type: ignore[misc]
             return
         output("*** Ping: testing ping reachability\n")
         self._ping(self._addressed(self.mn.hosts), timeout)
-        self._ping(self._addressed(self.mn.hosts, say=False), timeout, family=6)
+        self._ping(list(self.mn.hosts), timeout, family=6)
 
     def do_pingpair(self, _line: str) -> None:
         """Ping between the first two hosts that have an IP address."""

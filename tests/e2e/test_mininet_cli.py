@@ -157,13 +157,13 @@ def test_mininet_listing_commands_show_the_gateway(consoles: Consoles) -> None:
     console = consoles.session()
     assert lines(console.command("nodes")) == [
         "available nodes are:",
-        "h1 h2 lan-in lan-out npm1 out1 spm1 spm2",
+        "h1 h2 h3 lan-in lan-out npm1 out1 spm1 spm2",
     ]
     net = lines(console.command("net"))
     assert "h1 h1-eth0:lan-in-eth1" in net
     assert "spm1 spm1-eth0:npm1-eth3" in net
     assert (
-        "npm1 lo:  npm1-eth1:lan-in-eth3 npm1-eth2:lan-out-eth2 npm1-eth3:spm1-eth0 "
+        "npm1 lo:  npm1-eth1:lan-in-eth4 npm1-eth2:lan-out-eth2 npm1-eth3:spm1-eth0 "
         "npm1-eth4:spm2-eth0" in net
     )
     dump = console.command("dump")
@@ -173,7 +173,7 @@ def test_mininet_listing_commands_show_the_gateway(consoles: Consoles) -> None:
     links = lines(console.command("links"))
     assert "h1-eth0<->lan-in-eth1 (OK OK)" in links
     assert "npm1-eth3<->spm1-eth0 (OK OK)" in links
-    assert len(links) == 7
+    assert len(links) == 8
     intfs = lines(console.command("intfs"))
     assert "npm1: lo,npm1-eth1,npm1-eth2,npm1-eth3,npm1-eth4" in intfs
     ports = lines(console.command("ports"))
@@ -204,14 +204,15 @@ def test_pingall_pings_the_hosts_with_an_address(consoles: Consoles) -> None:
     assert output[4] == "out1 -> X X"
     assert re.fullmatch(r"\*\*\* Results: \d+% dropped \([2-4]/6 received\)", output[5]), output
     assert output[6].startswith("*** outside hosts do not reach inside addresses")
-    # Then IPv6: out1 reaches no inside address either (RFC 6092: inbound only for flows
-    # opened from inside), and the pings out open sessions through the CPM.
+    # Then IPv6, with h3 (IPv6 only): out1 reaches no inside address either (RFC 6092: inbound
+    # only for flows opened from inside), and the pings out open sessions through the CPM.
     assert output[7] == "*** Ping: IPv6"
-    assert re.fullmatch(r"h1 -> h2 (out1|X)", output[8]), output
-    assert re.fullmatch(r"h2 -> h1 (out1|X)", output[9]), output
-    assert output[10] == "out1 -> X X"
-    assert re.fullmatch(r"\*\*\* Results: \d+% dropped \([2-4]/6 received\)", output[11]), output
-    assert output[12].startswith("*** outside hosts do not reach inside IPv6 addresses")
+    assert re.fullmatch(r"h1 -> h2 h3 (out1|X)", output[8]), output
+    assert re.fullmatch(r"h2 -> h1 h3 (out1|X)", output[9]), output
+    assert re.fullmatch(r"h3 -> h1 h2 (out1|X)", output[10]), output
+    assert output[11] == "out1 -> X X X"
+    assert re.fullmatch(r"\*\*\* Results: \d+% dropped \(([6-9])/12 received\)", output[12]), output
+    assert output[13].startswith("*** outside hosts do not reach inside IPv6 addresses")
     assert lines(console.command("pingall soon")) == [
         "*** pingall: the timeout is a number of seconds, not 'soon'"
     ]
