@@ -46,7 +46,7 @@ from controller.errors import (
 )
 from controller.policy import load_policy, mac_text
 from controller.runtime import Controller
-from controller.session_model import address_text, row_keys
+from controller.session_model import address_text, key_is_v6, row_keys
 from controller.spm_pool import ReportError, validate_report
 from controller.web import Console
 from opengate import p4constants as pc
@@ -276,7 +276,7 @@ def session_view(row: dict[str, Any]) -> dict[str, Any]:
     out.pop("src6", None)
     out.pop("dst6", None)
     out["family"] = 6 if v6 else 4
-    reply_v6 = v6 and row["nat_kind"] != pc.NAT_64  # NAT64: an IPv4 reply
+    reply_v6 = key_is_v6(reply)  # (NAT64: an IPv4 reply)
     for name, value, family6 in (
         ("src", key[0], v6),
         ("dst", key[1], v6),

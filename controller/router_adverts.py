@@ -14,14 +14,19 @@ ticker). Router solicitations are not answered: the NPM keeps multicast on its l
 from __future__ import annotations
 
 import ipaddress
+import logging
 import random
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from controller.npm import NpmConnection
 from controller.policy_model import Policy, RaSettings
 from opengate import p4constants as pc
 from opengate.inet import internet_checksum
+
+LOG = logging.getLogger(__name__)
 
 ALL_NODES = ipaddress.IPv6Address("ff02::1")
 ALL_NODES_MAC = bytes.fromhex("333300000001")
@@ -145,3 +150,37 @@ class RouterAdvertiser:
 
     def next_due(self, port: int) -> float | None:
         return self._next.get(port)
+
+
+class Advertisements:
+    """The advertisements of every NPM the controller is the primary of (from the ticker): one
+    schedule per NPM, started when it becomes the primary (and reconciled), dropped when it no
+    longer is; a new policy's ports take over on every schedule."""
+
+    def __init__(self, sent: Any) -> None:
+        self._sent = sent  # the counter of advertisements sent, by (npm, port)
+        self._policy: Policy | None = None
+        self._ports: list[RaPort] = []
+        self._schedules: dict[str, RouterAdvertiser] = {}
+
+    def tick(self, policy: Policy, primaries: Mapping[str, NpmConnection], now: float) -> None:
+        if policy is not self._policy:
+            self._policy = policy
+            self._ports = ra_ports(policy)
+            for schedule in self._schedules.values():
+                schedule.configure(self._ports, now)
+        for name in set(self._schedules) - set(primaries):
+            del self._schedules[name]  # starts again when it is the primary again
+        if not self._ports:
+            return
+        for name, connection in primaries.items():
+            if name not in self._schedules:
+                self._schedules[name] = RouterAdvertiser()
+                self._schedules[name].configure(self._ports, now)
+            for port, frame in self._schedules[name].due(now):
+                try:
+                    connection.packet_out(frame, submit_to_ingress=False, port=port)
+                except Exception as error:  # a stream that broke: the next tick tries again
+                    LOG.warning("%s: router advertisement on port %d: %s", name, port, error)
+                    continue
+                self._sent.labels(name, str(port)).inc()

@@ -54,7 +54,7 @@ from controller.npm import NpmAddress, NpmConnection, Pipeline
 from controller.packet_in_queue import PacketInQueue, source_of
 from controller.policy import Policy, load_policy
 from controller.rematch import Classify, classifier, tables_classifier
-from controller.router_adverts import RaPort, RouterAdvertiser, ra_ports
+from controller.router_adverts import Advertisements
 from controller.session_encoding import FlowKey
 from controller.session_model import parse_flow
 from controller.sessions import SessionManager
@@ -168,9 +168,7 @@ class Controller:
         self.npms: dict[str, NpmConnection] = {}
         self.states: dict[str, NpmState] = {}
         self.policy: Policy | None = None
-        self._ra_policy: Policy | None = None
-        self._ra_ports: list[RaPort] = []
-        self._advertisers: dict[str, RouterAdvertiser] = {}
+        self.adverts = Advertisements(self.metrics.router_adverts)
         self.policy_version: int | None = None
         self.pending_policy_record = False
         self.previous_policy: tuple[str, str] | None = None  # (path, text), see _initial_policy
@@ -402,36 +400,13 @@ class Controller:
             return
         for name in self.spms.expired(event.now):
             self._on_spm_down(ev.SpmDown(name, "no load report"))
-        self._advertise(event.now)
-
-    def _advertise(self, now: float) -> None:
-        """The router advertisements due (controller.router_adverts), on each NPM this
-        controller is the primary of, once it is reconciled; a new policy's ports take over."""
-        policy = self.policy
-        if policy is None:
-            return
-        if self._ra_policy is not policy:
-            self._ra_policy = policy
-            self._ra_ports = ra_ports(policy)
-            for advertiser in self._advertisers.values():
-                advertiser.configure(self._ra_ports, now)
-        if not self._ra_ports:
-            return
-        for name, state in self.states.items():
-            if state.role != "primary" or not state.synced.is_set():
-                self._advertisers.pop(name, None)  # starts again when it is primary again
-                continue
-            if name not in self._advertisers:
-                self._advertisers[name] = RouterAdvertiser()
-                self._advertisers[name].configure(self._ra_ports, now)
-            advertiser = self._advertisers[name]
-            for port, frame in advertiser.due(now):
-                try:
-                    state.conn.packet_out(frame, submit_to_ingress=False, port=port)
-                except Exception as error:  # a stream that broke: the next tick tries again
-                    LOG.warning("%s: router advertisement on port %d: %s", name, port, error)
-                    continue
-                self.metrics.router_adverts.labels(name, str(port)).inc()
+        if self.policy is not None:
+            primaries = {
+                name: state.conn
+                for name, state in self.states.items()
+                if state.role == "primary" and state.synced.is_set()
+            }
+            self.adverts.tick(self.policy, primaries, event.now)
 
     def _on_role(self, event: ev.NpmRoleChanged) -> None:
         state = self.states[event.npm]

@@ -14,7 +14,7 @@ its session (`session_v6`: no NAT, both entries with the class and the SPM) is i
 way and the packet re-injected (not when blocked); its FIN or RST comes as a `session_close_v6_t`
 digest. An IPv6 flow to a NAT64 prefix (`nat.nat64`) gets a NAT64 session instead: an IPv4
 address and port from the translation's address and `nat.ports` (as for masquerading), the routes
-of both families from the policy, no SPM (`_nat64_session`).
+of both families from the policy, no SPM (`controller.session_nat64`).
 
 Entries per session (the data plane's contract, docs/explanation/architecture.md, "NAT and
 inspection"):
@@ -53,7 +53,7 @@ from controller.events import Call, Event, SessionsInstalled, SessionsRemoved
 from controller.gateway_icmp import GatewayIcmp
 from controller.metrics import Metrics
 from controller.npm import NpmConnection, WriteResult
-from controller.policy import NAT64_NON_GLOBAL, Policy
+from controller.policy import Policy
 from controller.rematch import OUTCOMES, Classify, HoldJob, PolicyHold, classify6
 from controller.session_close import Close, SessionCloses, close_reason
 from controller.session_encoding import FlowKey, SessionEncoder, SessionUpdate
@@ -61,7 +61,6 @@ from controller.session_model import (
     ACTIVE,
     BLOCKED,
     BYPASSED,
-    Nat64Routes,
     Session,
     direction_params,
     flow_frame,
@@ -69,6 +68,7 @@ from controller.session_model import (
     key_is_v6,
     reply_key,
 )
+from controller.session_nat64 import nat64_routes, nat64_session
 from controller.session_reconcile import ReconcileReport, reconcile
 from controller.spm_pool import SpmPool
 from opengate import p4constants as pc
@@ -149,7 +149,7 @@ class SessionManager:
         self._nat_full: dict[tuple[str, int, int, int, int], Policy] = {}
         self._nat_failures = ThrottledWarning(LOG, "no free NAT port")
         self._no_spm = ThrottledWarning(LOG, "no SPM of the pool is up, the chain fails closed")
-        self._nat64_refused = ThrottledWarning(LOG, "NAT64 flow refused")
+        self.nat64_refused = ThrottledWarning(LOG, "NAT64 flow refused")
         # Slot-only sessions by idle timeout, each oldest report first (ageing, on_tick).
         self._slots: dict[float, OrderedDict[int, Session]] = {}
         # Sessions held to applied policies (and the last apply's settling time).
@@ -197,7 +197,7 @@ class SessionManager:
         self.next_id += 1
         return value
 
-    def _timeout(self, proto: int) -> float:
+    def timeout_of(self, proto: int) -> float:
         return self.policy.sessions.timeout_for(proto)
 
     # -- creation ----------------------------------------------------------------------------
@@ -251,7 +251,7 @@ class SessionManager:
                 nat_port=nat_port,
                 acl_rule=f["acl_rule"],
                 ingress_port=f["ingress_port"],
-                idle_timeout=self._timeout(key[2]),
+                idle_timeout=self.timeout_of(key[2]),
                 created_at=now,
             )
             self.index_session(session)
@@ -335,7 +335,7 @@ class SessionManager:
                     reinject.append((event.npm, event.payload))
                 continue
             if v6 and self.policy.nat64_for(ipaddress.IPv6Address(key[1])) is not None:
-                session: Session | None = self._nat64_session(event.npm, key, event.metadata, now)
+                session: Session | None = nat64_session(self, event.npm, key, event.metadata, now)
             elif v6:
                 session = self._v6_session(event.npm, key, event.metadata, now)
             else:
@@ -390,90 +390,16 @@ class SessionManager:
             nat_port=0,
             acl_rule=meta.get("acl_rule", pc.RULE_NONE),
             ingress_port=meta.get("ingress_port", 0),
-            idle_timeout=self._timeout(key[2]),
+            idle_timeout=self.timeout_of(key[2]),
             created_at=now,
             state=BLOCKED if blocked else ACTIVE,
-        )
-
-    def _nat64_session(
-        self, npm: str, key: FlowKey, meta: Mapping[str, int], now: dt.datetime
-    ) -> Session | None:
-        """A NAT64 session (RFC 6146): the translation's IPv4 address and a port for it (the
-        flow's own when free, like masquerading; an echo's identifier likewise), the routes of
-        both families; refused (None, counted, the packet dropped) for a destination the
-        well-known prefix must not reach (RFC 6052 section 3.1), a route that does not leave by
-        the translation's port, or no free port."""
-        _src, dst, proto, sport, dport = key
-        nat64 = self.policy.nat64_for(ipaddress.IPv6Address(dst))
-        assert nat64 is not None
-        server = ipaddress.IPv4Address(dst & 0xFFFFFFFF)
-        refused = None
-        if nat64.well_known and any(server in net for net in NAT64_NON_GLOBAL):
-            refused = "non_global"
-        elif proto not in (pc.IP_PROTO_TCP, pc.IP_PROTO_UDP, pc.IP_PROTO_ICMPV6):
-            refused = "protocol"
-        session = Session(
-            id=0,
-            npm=npm,
-            key=key,
-            reply=reply_key(key, pc.NAT_64, int(nat64.address), 0),
-            class_id=0,
-            spm_port=0,
-            spm_mac=0,
-            nat_kind=pc.NAT_64,
-            nat_addr=int(nat64.address),
-            nat_port=0,
-            acl_rule=meta.get("acl_rule", pc.RULE_NONE),
-            ingress_port=meta.get("ingress_port", 0),
-            idle_timeout=self._timeout(proto),
-            created_at=now,
-        )
-        routes = None if refused else self.nat64_routes(session)
-        if refused is None and routes is None:
-            refused = "no_route"
-        port = None
-        if refused is None:
-            key4 = (0, int(server), reply_key(key, pc.NAT_64, 0, 0)[2], sport, dport)
-            port = self._allocate(npm, int(nat64.address), key4)
-            if port is None:
-                refused = "nat_ports_exhausted"
-        if refused is not None or port is None:
-            self.stats.failed += 1
-            self.metrics.session_failures.labels(npm, f"nat64_{refused}").inc()
-            self._nat64_refused.warning(npm, f"{flow_text(key)}: {refused}")
-            return None
-        session.id = self.new_id()
-        session.nat_port = port
-        session.reply = reply_key(key, pc.NAT_64, int(nat64.address), port)
-        session.nat64 = routes
-        return session
-
-    def nat64_routes(self, session: Session) -> Nat64Routes | None:
-        """Where a NAT64 session's translated packets leave, by the current policy: the IPv4
-        server's route (by the translation's port) and the inside host's IPv6 route, with the
-        ports' MACs (None: one of them is missing)."""
-        policy = self.policy
-        src, dst = session.key[0], session.key[1]
-        nat64 = policy.nat64_for(ipaddress.IPv6Address(dst))
-        route4 = policy.route_for(ipaddress.IPv4Address(dst & 0xFFFFFFFF))
-        route6 = policy.route6_for(ipaddress.IPv6Address(src))
-        if nat64 is None or route4 is None or route6 is None or route4.port != nat64.port:
-            return None
-        port4, port6 = policy.port(route4.port), policy.port(route6.port)
-        return Nat64Routes(
-            route4.port,
-            route4.next_hop_mac,
-            port4.mac if port4 is not None and port4.mac is not None else 0,
-            route6.port,
-            route6.next_hop_mac,
-            port6.mac if port6 is not None and port6.mac is not None else 0,
         )
 
     def params_of(self, session: Session) -> tuple[dict[str, int] | None, dict[str, int] | None]:
         """direction_params, a NAT64 session's routes first taken from the policy where it has
         none (read from the database or a switch)."""
         if session.nat_kind == pc.NAT_64 and session.nat64 is None:
-            session.nat64 = self.nat64_routes(session)
+            session.nat64 = nat64_routes(self.policy, session.key)
         return direction_params(session)
 
     def classify6(self, key: FlowKey) -> int:
@@ -509,7 +435,7 @@ class SessionManager:
             route = policy.route_for(ipaddress.IPv4Address(dst))
             rule = policy.masquerade_for(route.port, ipaddress.IPv4Address(src)) if route else None
             if rule is not None:
-                allocated = self._allocate(npm, int(rule.address), key)
+                allocated = self.allocate_port(npm, int(rule.address), key)
                 if allocated is None:
                     self.stats.failed += 1
                     self.metrics.session_failures.labels(npm, "nat_ports_exhausted").inc()
@@ -534,11 +460,11 @@ class SessionManager:
             nat_port=nat_port,
             acl_rule=meta.get("acl_rule", pc.RULE_NONE),
             ingress_port=meta.get("ingress_port", 0),
-            idle_timeout=self._timeout(proto),
+            idle_timeout=self.timeout_of(proto),
             created_at=now,
         )
 
-    def _allocate(self, npm: str, address: int, key: FlowKey) -> int | None:
+    def allocate_port(self, npm: str, address: int, key: FlowKey) -> int | None:
         """A source port on `address` such that the reply key is unused (port preserved when
         possible, like Linux masquerading); ports forwarded on that address are skipped."""
         _src, dst, proto, sport, dport = key
@@ -589,7 +515,7 @@ class SessionManager:
         if session.nat_kind != pc.NAT_NONE:
             self.nat_in_use[session.npm] = self.nat_in_use.get(session.npm, 1) - 1
         if session.nat_kind in (pc.NAT_REWRITE_SRC, pc.NAT_64) and self._nat_full:
-            # (the group _allocate marks full: the IPv4 server, the address, protocol, port)
+            # (the group allocate_port marks full: the IPv4 server, the address, protocol, port)
             dst, _addr, proto, dport, _port = session.reply
             self._nat_full.pop((session.npm, dst, session.nat_addr, proto, dport), None)
 

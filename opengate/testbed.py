@@ -57,6 +57,17 @@ def tag_mac(tag: int) -> str:
     return ":".join(f"{(value >> shift) & 0xFF:02x}" for shift in range(40, -8, -8))
 
 
+def session_match(src: str, dst: str, proto: int, sport: int, dport: int) -> dict[str, MatchValue]:
+    """The session table's key of a packet as it arrives."""
+    return {
+        "ipv4_src": Exact(ip(src)),
+        "ipv4_dst": Exact(ip(dst)),
+        "ip_proto": Exact(proto),
+        "l4_sport": Exact(sport),
+        "l4_dport": Exact(dport),
+    }
+
+
 def session_entry(
     src: str,
     dst: str,
@@ -73,13 +84,7 @@ def session_entry(
     block: bool = False,
 ) -> TableEntry:
     """One direction of a session, as the controller writes it (SPM MACs from SPM_MAC)."""
-    match: dict[str, MatchValue] = {
-        "ipv4_src": Exact(ip(src)),
-        "ipv4_dst": Exact(ip(dst)),
-        "ip_proto": Exact(proto),
-        "l4_sport": Exact(sport),
-        "l4_dport": Exact(dport),
-    }
+    match = session_match(src, dst, proto, sport, dport)
     if block:
         return TableEntry.make(pc.T_SESSION, match, pc.A_SESSION_BLOCK)
     params = {
@@ -177,13 +182,7 @@ def nat64_entries(
     proto4 = pc.IP_PROTO_ICMP if proto6 == pc.IP_PROTO_ICMPV6 else proto6
     src_hi, src_lo = halves(server6)
     dst_hi, dst_lo = halves(inside6)
-    reply_match: dict[str, MatchValue] = {
-        "ipv4_src": Exact(int(ipaddress.IPv4Address(server4))),
-        "ipv4_dst": Exact(int(ipaddress.IPv4Address(v4_src))),
-        "ip_proto": Exact(proto4),
-        "l4_sport": Exact(dport),
-        "l4_dport": Exact(v4_port),
-    }
+    reply_match = session_match(server4, v4_src, proto4, dport, v4_port)
     return [
         TableEntry.make(
             pc.T_SESSION_V6,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -210,8 +211,8 @@ def test_example_policy_agrees_with_the_topology(topology_file: str) -> None:
     topology = load_topology(repo_root() / "topo" / topology_file, repo_root())
     policy = load_policy(topology.policy)
     lans = {lan.name: lan for lan in topology.lans}
-    neighbours = {n.address: n for n in policy.neighbours}
-    neighbours6 = {n.address: n for n in policy.neighbours6}
+    neighbours: dict[Any, Any] = {n.address: n for n in policy.neighbours}
+    neighbours6: dict[Any, Any] = {n.address: n for n in policy.neighbours6}
     for npm in topology.npms:
         port_of_lan = {peer: port for port, peer in npm.ports.items() if peer in lans}
         for port, peer in npm.ports.items():
@@ -230,20 +231,20 @@ def test_example_policy_agrees_with_the_topology(topology_file: str) -> None:
             assert (host.ip is not None or host.ip6 is not None) and host.lan is not None
             if host.lan not in port_of_lan:
                 continue  # another NPM's site
-            if host.ip is not None:
-                neighbour = neighbours[host.ip.ip]
+            families = (
+                (host.ip, host.gateway, neighbours, "addresses"),
+                (host.ip6, host.gateway6, neighbours6, "addresses6"),
+            )
+            for interface, gateway, known, addresses in families:
+                if interface is None:
+                    continue
+                neighbour = known[interface.ip]
                 assert neighbour.mac == int(host.mac.replace(":", ""), 16), host.name
                 assert neighbour.port == port_of_lan[host.lan], host.name
                 gateway_port = policy.port(neighbour.port)
                 assert gateway_port is not None
-                assert host.gateway in {a.ip for a in gateway_port.addresses}, host.name
-            if host.ip6 is not None:
-                neighbour6 = neighbours6[host.ip6.ip]
-                assert neighbour6.mac == int(host.mac.replace(":", ""), 16), host.name
-                assert neighbour6.port == port_of_lan[host.lan], host.name
-                port6 = policy.port(neighbour6.port)
-                assert port6 is not None
-                assert host.gateway6 in {a.ip for a in port6.addresses6}, host.name
+                own = {a.ip for a in getattr(gateway_port, addresses)}
+                assert gateway in own, host.name
 
 
 def test_example_policy_meters_each_source_and_ages_data_plane_sessions() -> None:

@@ -43,23 +43,16 @@ def test_the_advertisement_is_rfc_4861s() -> None:
         / ICMPv6ND_RA(chlim=64, M=0, O=0, prf=0, routerlifetime=90, reachabletime=0, retranstimer=0)
         / ICMPv6NDOptSrcLLAddr(lladdr="02:00:00:00:00:01")
         / ICMPv6NDOptMTU(mtu=1500)
-        / ICMPv6NDOptPrefixInfo(
-            prefixlen=64,
-            L=1,
-            A=1,
-            validlifetime=2_592_000,
-            preferredlifetime=604_800,
-            prefix="2001:db8:1::",
-        )
-        / ICMPv6NDOptPrefixInfo(
-            prefixlen=64,
-            L=1,
-            A=1,
-            validlifetime=2_592_000,
-            preferredlifetime=604_800,
-            prefix="2001:db8:7::",
-        )
     )
+    for prefix in ("2001:db8:1::", "2001:db8:7::"):
+        expected = expected / ICMPv6NDOptPrefixInfo(
+            prefixlen=64,
+            L=1,
+            A=1,
+            validlifetime=2_592_000,
+            preferredlifetime=604_800,
+            prefix=prefix,
+        )
     assert advertisement(PORT1) == bytes(expected)
 
 
