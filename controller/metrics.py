@@ -115,6 +115,12 @@ class Metrics:
             ["npm", "port"],
             registry=r,
         )
+        self.nat64_icmp_errors = Counter(
+            "opengate_nat64_icmp_errors",
+            "ICMPv4 errors about NAT64 flows, by result (translated to ICMPv6, or why not)",
+            ["npm", "result"],
+            registry=r,
+        )
         self.session_failures = Counter(
             "opengate_session_failures",
             "Sessions that could not be installed",

@@ -113,6 +113,7 @@ _CPU_REASON_DOCS = {
     "CPM).",
     "session_v6": "Opening packets of IPv6 flows the ACL permits (the CPM installs their "
     "sessions).",
+    "nat64_icmp_error": "ICMP errors about NAT64 flows (the CPM translates them to ICMPv6).",
 }
 _IDLE_DOCS = {
     "tcp": "TCP sessions.",

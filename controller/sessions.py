@@ -52,6 +52,7 @@ from controller.db import Database, DbWriter
 from controller.events import Call, Event, SessionsInstalled, SessionsRemoved
 from controller.gateway_icmp import GatewayIcmp
 from controller.metrics import Metrics
+from controller.nat64_icmp import Nat64IcmpErrors
 from controller.npm import NpmConnection, WriteResult
 from controller.policy import Policy
 from controller.rematch import OUTCOMES, Classify, HoldJob, PolicyHold, classify6
@@ -140,6 +141,7 @@ class SessionManager:
         self.next_id = db.max_session_id() + 1
         self.stats = SessionStats()
         self.icmp = GatewayIcmp()  # answers to TTL_EXPIRED and NO_ROUTE packet-ins
+        self.nat64_errors = Nat64IcmpErrors(metrics.nat64_icmp_errors)  # NAT64_ICMP_ERROR's
         self._encoders: dict[str, SessionEncoder] = {}
         self._nat_cursor: dict[tuple[str, int, int], int] = {}
         # Where every port of the range was taken: (npm, remote address, NAT address, proto,
@@ -295,6 +297,9 @@ class SessionManager:
                 if reply is not None:
                     self.npms[event.npm].packet_out(reply, submit_to_ingress=False, port=port)
                     self.stats.packet_outs += 1
+                continue
+            if reason == pc.CPU_REASON_NAT64_ICMP_ERROR:
+                self.nat64_errors.answer(self, event.npm, event.payload)
                 continue
             key = event.key
             log = LOG.getChild("packet_in")

@@ -331,7 +331,7 @@ TABLE_SIZES: dict[str, int] = {
 # Declared meter sizes (cells) of the v1model build, per indirect meter.
 METER_SIZES: dict[str, int] = {
     "class_meter": 256,
-    "cpu_meter": 7,
+    "cpu_meter": 8,
     "cpu_source_meter": 4096,
     "new_flow_meter": 4096,
 }
@@ -420,7 +420,8 @@ CPU_REASON_TTL_EXPIRED = 3
 CPU_REASON_NO_ROUTE = 4
 CPU_REASON_SESSION_COLLISION = 5
 CPU_REASON_SESSION_V6 = 6
-CPU_REASON_COUNT = 7
+CPU_REASON_NAT64_ICMP_ERROR = 7
+CPU_REASON_COUNT = 8
 ACL_DENY = 0
 ACL_PERMIT = 1
 ACL_TO_CPU = 2
@@ -460,7 +461,7 @@ METER_YELLOW = 1
 METER_RED = 2
 
 DROP_NAMES: dict[int, str] = {0: "NONE", 1: "TRUNCATED", 2: "BAD_CHECKSUM", 3: "BAD_IPV4_HEADER", 4: "TTL_EXPIRED", 5: "TAG_SPOOF", 6: "UNKNOWN_TAG", 7: "NO_SESSION", 8: "ACL_DENY", 9: "NO_ROUTE", 10: "SESSION_BLOCKED", 11: "CLASS_METER", 12: "CPU_METER", 13: "UNKNOWN_PORT", 14: "UNSUPPORTED", 15: "NAT_NO_SESSION", 16: "CPU_LOOP", 17: "NO_SPM", 18: "CPU_SOURCE_METER", 19: "NEW_FLOW_RATE", 20: "CPU_CONTROL", 21: "BAD_IPV6_HEADER", 22: "IPV6_EXT_HEADERS", 23: "NAT64_UNTRANSLATABLE"}
-CPU_REASON_NAMES: dict[int, str] = {1: "SESSION_NAT", 2: "ACL", 3: "TTL_EXPIRED", 4: "NO_ROUTE", 5: "SESSION_COLLISION", 6: "SESSION_V6"}
+CPU_REASON_NAMES: dict[int, str] = {1: "SESSION_NAT", 2: "ACL", 3: "TTL_EXPIRED", 4: "NO_ROUTE", 5: "SESSION_COLLISION", 6: "SESSION_V6", 7: "NAT64_ICMP_ERROR"}
 ROLE_NAMES: dict[int, str] = {0: "UNKNOWN", 1: "INSIDE", 2: "OUTSIDE", 3: "SPM", 4: "CPU"}
 ACL_NAMES: dict[int, str] = {0: "DENY", 1: "PERMIT", 2: "TO_CPU"}
 NAT_NAMES: dict[int, str] = {0: "NONE", 1: "REWRITE_SRC", 2: "REWRITE_DST", 3: "64"}

@@ -112,7 +112,8 @@ const cpu_reason_t CPU_REASON_TTL_EXPIRED = 3;  // from an inside host, its TTL 
 const cpu_reason_t CPU_REASON_NO_ROUTE    = 4;  // from an inside host, no route takes it
 const cpu_reason_t CPU_REASON_SESSION_COLLISION = 5;  // opening packet, no NAT, both slots held
 const cpu_reason_t CPU_REASON_SESSION_V6  = 6;  // opening packet of a permitted IPv6 flow
-const bit<32> CPU_REASON_COUNT = 7;
+const cpu_reason_t CPU_REASON_NAT64_ICMP_ERROR = 7;  // an ICMP error about a NAT64 flow (translated by the CPM)
+const bit<32> CPU_REASON_COUNT = 8;
 
 // ACL verdicts.
 const acl_verdict_t ACL_DENY   = 0;

@@ -6,7 +6,7 @@ translated dropped and counted."""
 from __future__ import annotations
 
 from ptf import testutils
-from scapy.layers.inet import ICMP, IP, TCP, UDP, IPerror, TCPerror
+from scapy.layers.inet import ICMP, IP, TCP, UDP, ICMPerror, IPerror, TCPerror, UDPerror
 from scapy.layers.inet6 import ICMPv6EchoReply, ICMPv6EchoRequest, IPv6, IPv6ExtHdrDestOpt
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet
@@ -142,7 +142,7 @@ class Nat64OpensAtTheCpm(Nat64Test):
 class Nat64DropsWhatItCannotTranslate(Nat64Test):
     """Counted as NAT64_UNTRANSLATABLE: an IPv6 packet of the flow with an extension header, an
     IPv4 fragment, a reply with IPv4 options, a UDP reply without a checksum (IPv6 requires
-    one), and an ICMP error about the flow (not translated here). TTL 1 from outside:
+    one), and an ICMP error about the flow that is itself a fragment. TTL 1 from outside:
     TTL_EXPIRED."""
 
     def runTest(self) -> None:
@@ -158,10 +158,38 @@ class Nat64DropsWhatItCannotTranslate(Nat64Test):
         unchecked[UDP].chksum = 0
         self.assert_dropped(OUTSIDE, bytes(Ether(bytes(unchecked))), reason)
         quoted = IPerror(src=GW_OUT_IP, dst=HOST_OUT) / TCPerror(sport=PUBLIC_PORT, dport=80)
-        error = from_outside(ICMP(type=3, code=4, nexthopmtu=1400) / bytes(quoted)[:28])
+        error = from_outside(ICMP(type=3, code=4, nexthopmtu=1400) / bytes(quoted)[:28], flags="MF")
         self.assert_dropped(OUTSIDE, bytes(error), reason)
         tcp = TCP(sport=80, dport=PUBLIC_PORT, flags="A")
         self.assert_dropped(OUTSIDE, bytes(from_outside(tcp, ttl=1)), pc.DROP_TTL_EXPIRED)
+        testutils.verify_no_other_packets(self)
+
+
+class Nat64IcmpErrorsToTheCpm(Nat64Test):
+    """An ICMPv4 error about a NAT64 flow (its quoted packet the flow's: TCP, UDP, an echo
+    request) goes to the CPM as it arrived (CPU_REASON_NAT64_ICMP_ERROR), which translates it
+    and its quoted packet (RFC 7915 section 4.2); an error quoting another flow's packet finds
+    no session and goes nowhere."""
+
+    def runTest(self) -> None:
+        self.add_nat64(pc.IP_PROTO_TCP, 40000, 80)
+        self.add_nat64(pc.IP_PROTO_UDP, 5353, 53)
+        self.add_nat64(pc.IP_PROTO_ICMPV6, 7, 0)
+        reason = pc.CPU_REASON_NAT64_ICMP_ERROR
+        quotes = (
+            IPerror(src=GW_OUT_IP, dst=HOST_OUT, flags="DF")
+            / TCPerror(sport=PUBLIC_PORT, dport=80),
+            IPerror(src=GW_OUT_IP, dst=HOST_OUT) / UDPerror(sport=PUBLIC_PORT, dport=53),
+            IPerror(src=GW_OUT_IP, dst=HOST_OUT) / ICMPerror(type=8, id=PUBLIC_PORT, seq=1),
+        )
+        for quoted, (kind, code) in zip(quotes, ((3, 4), (3, 3), (11, 0)), strict=True):
+            with self.subTest(quoted=quoted.summary()):
+                error = from_outside(ICMP(type=kind, code=code, nexthopmtu=1400) / bytes(quoted))
+                self.expect_packet_in(OUTSIDE, bytes(error), reason)
+        other = IPerror(src=GW_OUT_IP, dst=HOST_OUT) / TCPerror(sport=PUBLIC_PORT + 1, dport=80)
+        testutils.send_packet(
+            self, OUTSIDE, bytes(from_outside(ICMP(type=3, code=1) / bytes(other)))
+        )
         testutils.verify_no_other_packets(self)
 
 

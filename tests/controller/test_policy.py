@@ -115,7 +115,7 @@ def test_lab_policy_maps_ids_rules_to_classes(lab: Path) -> None:
             "cpu_meters: {session_nat: cpu, per_host: cpu}",
             "cpu_meters.per_host",
             "unknown CPU reason (known: session_nat, acl, ttl_expired, no_route, "
-            "session_collision, session_v6, per_source)",
+            "session_collision, session_v6, nat64_icmp_error, per_source)",
         ),
         (
             "{name: spm2, port: 4,",

@@ -93,3 +93,16 @@ def two_sites(topologies: Topologies) -> GatewayNetwork:
     if find_charon() is None:
         pytest.skip("charon-systemd is not installed (Debian package charon-systemd)")
     return topologies.get("gateway-2site.yaml", p4_build="compact")  # two NPMs, as above
+
+
+@pytest.fixture
+def out1_errors_unlimited(gateway: GatewayNetwork) -> Iterator[None]:
+    """out1's kernel sends an ICMP error for every datagram (by default, after a burst, about
+    one a second to a host: the test would measure Linux's rate limit, not the gateway)."""
+    before = gateway.run("out1", "sysctl -n net.ipv4.icmp_ratelimit").output.strip()
+    assert before.isdigit(), before
+    gateway.run("out1", "sysctl -qw net.ipv4.icmp_ratelimit=0")
+    try:
+        yield
+    finally:
+        gateway.run("out1", f"sysctl -qw net.ipv4.icmp_ratelimit={before}")

@@ -233,19 +233,6 @@ CLOSED_PORT = 9
 REFUSED_FLOWS = 10
 
 
-@pytest.fixture
-def out1_errors_unlimited(gateway: GatewayNetwork) -> Iterator[None]:
-    """out1's kernel sends an ICMP error for every datagram (by default, after a burst, about
-    one a second to a host: the test would measure Linux's rate limit, not the gateway)."""
-    before = gateway.run("out1", "sysctl -n net.ipv4.icmp_ratelimit").output.strip()
-    assert before.isdigit(), before
-    gateway.run("out1", "sysctl -qw net.ipv4.icmp_ratelimit=0")
-    try:
-        yield
-    finally:
-        gateway.run("out1", f"sysctl -qw net.ipv4.icmp_ratelimit={before}")
-
-
 @pytest.mark.parametrize("policy", ["gateway", "routed_gateway", "on_demand_gateway"])
 def test_a_closed_port_is_refused_at_once(
     policy: str, request: pytest.FixtureRequest, out1_errors_unlimited: None

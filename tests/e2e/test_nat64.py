@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.udp_probe import run_probe
 from tests.helpers import wait_for
 from topo.net import GatewayNetwork
 from topo.services import generated_bytes
@@ -67,6 +68,30 @@ def test_udp_through_nat64_is_answered(gateway: GatewayNetwork) -> None:
     )
     reply = ok(gateway, "h3", f'python3 -c "{probe}"').strip()
     assert reply.startswith(f"{PUBLIC}:") and reply.endswith(" hello"), reply
+
+
+def translated_errors(gateway: GatewayNetwork) -> float:
+    """The controller's count of ICMP errors it translated for NAT64 flows (0 before the
+    first)."""
+    series = 'opengate_nat64_icmp_errors_total{npm="npm1",result="translated"} '
+    for line in gateway.api_text("/metrics").splitlines():
+        if line.startswith(series):
+            return float(line[len(series) :])
+    return 0.0
+
+
+def test_a_closed_port_behind_nat64_is_refused_at_once(
+    gateway: GatewayNetwork, out1_errors_unlimited: None
+) -> None:
+    """Ten UDP flows from h3 to a port out1 does not serve: out1's ICMP port unreachable, about
+    the translated datagram, reaches h3 as an ICMPv6 port unreachable quoting what h3 sent (RFC
+    7915 section 4.2, translated by the CPM), and each socket is refused at once; counted as
+    translated."""
+    before = translated_errors(gateway)
+    out = run_probe(gateway, "h3", f"refused {OUT1_64} 9 10", timeout=90)
+    assert out["silent"] == [] and out["answered"] == [], out
+    assert len(out["refused"]) == 10, out
+    assert translated_errors(gateway) - before >= 10
 
 
 def test_nat64_sessions_are_listed_by_the_api(gateway: GatewayNetwork) -> None:

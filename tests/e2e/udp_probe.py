@@ -157,10 +157,13 @@ def rounds(dst: str, flows: int, trips: int, timeout: float) -> dict[str, list[A
 def refused(dst: str, port: int, flows: int, timeout: float) -> dict[str, list[int]]:
     """`flows` flows (new local ports), one datagram each to dst:port, where nothing listens:
     a connected socket's recv() raises ConnectionRefusedError when the ICMP port unreachable
-    comes back to it (the kernel matches the error's quoted packet to the socket)."""
+    comes back to it (the kernel matches the error's quoted packet to the socket). An IPv6
+    `dst` (NAT64's synthesized address among them) takes an IPv6 socket, refused by an ICMPv6
+    port unreachable."""
     outcome: dict[str, list[int]] = {"refused": [], "silent": [], "answered": []}
     for _ in range(flows):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        family = socket.AF_INET6 if ":" in dst else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
             sock.settimeout(timeout)
             sock.connect((dst, port))
             local = sock.getsockname()[1]

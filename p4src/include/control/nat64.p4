@@ -10,9 +10,11 @@
 // from those parameters alone: the prefix, the port choice and the routes are the CPM's.
 //
 // What is translated: TCP, UDP and ICMP echo, without IPv6 extension headers, IPv4 options or
-// fragments. Anything else of a NAT64 session (an ICMP error about it, a fragment, a UDP datagram
-// without a checksum, which IPv6 forbids) is dropped as DROP_NAT64_UNTRANSLATABLE (RFC 7915
-// lets a translator drop what it does not translate; section 4.5 for the checksum).
+// fragments. An ICMPv4 error about a NAT64 flow goes to the CPM (CPU_REASON_NAT64_ICMP_ERROR),
+// which translates it and its quoted packet (RFC 7915 section 4.2). Anything else of a NAT64
+// session (an ICMPv6 error about it, a fragment, a UDP datagram without a checksum, which IPv6
+// forbids) is dropped as DROP_NAT64_UNTRANSLATABLE (RFC 7915 lets a translator drop what it
+// does not translate; section 4.5 for the checksum).
 #ifndef OPENGATE_CONTROL_NAT64_P4
 #define OPENGATE_CONTROL_NAT64_P4
 
@@ -114,6 +116,13 @@ control Nat64Inbound(inout headers_t hdr, inout local_metadata_t meta) {
         bool fragment = hdr.ipv4.flags[0:0] == 1 || hdr.ipv4.frag_offset != 0;
         if (meta.drop_session != 0) {
             // Blocked (session_block): DropDecision drops it.
+        } else if (meta.icmp_error == 1 && hdr.ipv4.ihl == 5 && !fragment) {
+            // An ICMP error about the flow (its quoted packet is the flow's): RFC 7915 section
+            // 4.2 translates the quoted packet too, which the CPM does (metered like every
+            // packet-in) before it sends the ICMPv6 error to the inside host.
+            meta.to_cpu = 1;
+            meta.cpu_reason = CPU_REASON_NAT64_ICMP_ERROR;
+            meta.egress_port = CPU_PORT;
         } else if (hdr.ipv4.ihl != 5 || fragment || meta.icmp_error == 1
                 || (hdr.icmp.isValid() && !icmp_echo)
                 || (hdr.udp.isValid() && hdr.udp.checksum == 0)) {
